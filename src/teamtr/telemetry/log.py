@@ -1,0 +1,344 @@
+"""Run logging: ``metrics.jsonl`` always, TensorBoard by default, Weights & Biases on request.
+
+A run directory holds one ``metrics.jsonl``: one JSON object per line, each with ``kind``
+(``train``, ``eval`` or ``bc``), ``iteration`` (int), ``time`` (unix seconds) and flat,
+namespaced metric keys (``episode/return``, ``policy/kl_old_new``, ``eval/success``...). Eval lines
+also carry ``suite`` ("heldout", "agents=4"...). Every line is flushed and fsync'ed as it is
+written, so a run killed with SIGKILL keeps every complete line. Non-finite floats are written as
+``null`` so the file stays standard JSON (``jq`` and browsers read it).
+
+Resuming from the checkpoint of iteration ``k`` drops every line with ``iteration > k`` (the work of
+the interrupted iterations, which the resumed run does again), so the file has neither duplicated
+nor missing lines. The trainer must therefore log everything of iteration ``k`` (its train line and
+any eval) *before* it writes the checkpoint of ``k``.
+
+``Progress`` is the console view of a run: a rich progress bar on a terminal, plain lines otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import secrets
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tb"
+WANDB_ID_FILE = "wandb_id.txt"
+KINDS: tuple[str, ...] = ("train", "eval", "bc")
+
+
+def _metrics_path(run_dir: str | Path) -> Path:
+    path = Path(run_dir)
+    return path if path.suffix == ".jsonl" else path / METRICS_FILE
+
+
+def _parse_lines(path: Path) -> list[dict[str, Any]]:
+    """Parse a metrics file; a torn last line (the run was killed mid-write) is dropped."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").split("\n")
+    records: list[dict[str, Any]] = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as error:
+            # Only the last line can be torn by a kill; anything else is a damaged file.
+            if number == len(lines):
+                break
+            raise ValueError(f"{path}:{number} is not valid JSON ({error}); fix or remove that line.") from error
+        if not isinstance(record, dict) or "iteration" not in record or "kind" not in record:
+            raise ValueError(f"{path}:{number} is not a metrics record (needs 'kind' and 'iteration').")
+        records.append(record)
+    return records
+
+
+def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
+    """Every record of a run's ``metrics.jsonl`` (or of the ``.jsonl`` file given), in file order.
+
+    A missing file gives ``[]``; a torn last line is skipped; any other bad line raises ``ValueError``
+    naming the file and line number.
+    """
+    return _parse_lines(_metrics_path(run_dir))
+
+
+def truncate_metrics(run_dir: str | Path, iteration: int) -> int:
+    """Drop every line with ``iteration > iteration`` (and a torn last line); return how many were dropped.
+
+    The file is rewritten atomically (temporary file in the same directory, fsync, ``os.replace``):
+    a kill during the rewrite leaves either the old or the new file, never a mix.
+    """
+    path = _metrics_path(run_dir)
+    if not path.exists():
+        return 0
+    records = _parse_lines(path)
+    kept = [r for r in records if int(r["iteration"]) <= iteration]
+    fd, tmp = tempfile.mkstemp(prefix=".metrics-", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            for record in kept:
+                handle.write(json.dumps(record) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return len(records) - len(kept)
+
+
+def _json_value(value: Any) -> Any:
+    """Make a metric JSON-safe: numpy/torch scalars to Python numbers, non-finite floats to None."""
+    if hasattr(value, "item") and callable(value.item) and getattr(value, "ndim", 0) == 0:
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def _scalars(metrics: Mapping[str, Any]) -> dict[str, float]:
+    """The numeric, finite metrics (bools as 0/1): what TensorBoard and W&B can plot."""
+    out: dict[str, float] = {}
+    for key, value in metrics.items():
+        if isinstance(value, bool) or isinstance(value, (int, float)):
+            number = float(value)
+            if math.isfinite(number):
+                out[key] = number
+    return out
+
+
+class RunLogger:
+    """Append metric lines to ``run_dir/metrics.jsonl`` and mirror them to TensorBoard and W&B.
+
+    Args:
+        run_dir: the run directory (created if missing).
+        tensorboard: write TensorBoard events under ``run_dir/tb``.
+        wandb: also log to Weights & Biases (``pip install 'teamtr[wandb]'``); ``WANDB_MODE=offline``
+            logs under ``run_dir/wandb`` with no network. A resumed run reuses the W&B run id saved in
+            ``run_dir/wandb_id.txt``.
+        wandb_project: the W&B project name.
+        config: the resolved config, stored with the W&B run.
+        resume_iteration: resuming from the checkpoint of this iteration: lines with a larger
+            iteration are dropped from ``metrics.jsonl`` and TensorBoard events after it are purged.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        tensorboard: bool = True,
+        wandb: bool = False,
+        wandb_project: str = "teamtr",
+        config: Mapping[str, Any] | None = None,
+        resume_iteration: int | None = None,
+    ) -> None:
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / METRICS_FILE
+        if resume_iteration is not None:
+            if isinstance(resume_iteration, bool) or not isinstance(resume_iteration, int) or resume_iteration < 0:
+                raise ValueError(f"resume_iteration={resume_iteration!r}: expected an iteration number >= 0.")
+            truncate_metrics(self.run_dir, resume_iteration)
+        else:
+            self._drop_torn_tail()
+        self._file: TextIO | None = open(self.path, "a", encoding="utf-8")
+        self._tb: Any = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            # purge_step makes TensorBoard hide events the interrupted iterations had written.
+            purge = None if resume_iteration is None else resume_iteration + 1
+            self._tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+        self._wandb: Any = None
+        if wandb:
+            self._wandb = self._start_wandb(wandb_project, config)
+
+    def _drop_torn_tail(self) -> None:
+        """Cut a partial last line left by a kill, so the next line does not glue onto it."""
+        if not self.path.exists():
+            return
+        data = self.path.read_bytes()
+        if data and not data.endswith(b"\n"):
+            with open(self.path, "r+b") as handle:
+                handle.truncate(data.rfind(b"\n") + 1)
+
+    def _start_wandb(self, project: str, config: Mapping[str, Any] | None) -> Any:
+        try:
+            import wandb
+        except ImportError as error:
+            raise ImportError(
+                "log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]'"
+            ) from error
+        id_file = self.run_dir / WANDB_ID_FILE
+        run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
+        id_file.write_text(run_id + "\n")
+        run = wandb.init(
+            project=project,
+            dir=str(self.run_dir),
+            config=dict(config) if config is not None else None,
+            id=run_id,
+            resume="allow",
+            name=self.run_dir.name,
+        )
+        # Plot against our iteration rather than W&B's own step, which must only grow and
+        # would reject the repeated iterations of a resumed run.
+        run.define_metric("iteration")
+        run.define_metric("*", step_metric="iteration")
+        return run
+
+    def log(self, kind: str, iteration: int, metrics: Mapping[str, Any]) -> dict[str, Any]:
+        """Write one line; return the record written.
+
+        Args:
+            kind: ``train``, ``eval`` or ``bc``.
+            iteration: the training iteration the metrics belong to.
+            metrics: flat, namespaced metrics; an eval line should include ``suite``.
+        """
+        if self._file is None:
+            raise RuntimeError("RunLogger.log called after close().")
+        if kind not in KINDS:
+            raise ValueError(f"metric kind {kind!r} is not one of {', '.join(KINDS)}.")
+        if isinstance(iteration, bool) or not isinstance(iteration, int) or iteration < 0:
+            raise ValueError(f"iteration={iteration!r}: expected an int >= 0.")
+        for reserved in ("kind", "iteration", "time"):
+            if reserved in metrics:
+                raise ValueError(f"metric key {reserved!r} is reserved; RunLogger.log sets it.")
+        record: dict[str, Any] = {"kind": kind, "iteration": iteration, "time": time.time()}
+        values = {str(k): _json_value(v) for k, v in metrics.items()}
+        record.update(values)
+        try:
+            line = json.dumps(record, allow_nan=False)
+        except TypeError as error:
+            raise TypeError(f"metrics for {kind} iteration {iteration} hold a value JSON cannot store: {error}") from error
+        self._file.write(line + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+        scalars = _scalars(values)
+        if kind == "eval" and "suite" in metrics:
+            # One curve per suite: eval/success -> eval/heldout/success.
+            suite = str(metrics["suite"])
+            scalars = {k.replace("eval/", f"eval/{suite}/", 1): v for k, v in scalars.items()}
+        if self._tb is not None:
+            for key, value in scalars.items():
+                self._tb.add_scalar(key, value, global_step=iteration)
+            self._tb.flush()
+        if self._wandb is not None:
+            self._wandb.log({**scalars, "iteration": iteration})
+        return record
+
+    def close(self) -> None:
+        """Flush and close every sink; safe to call twice."""
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
+
+    def __enter__(self) -> RunLogger:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _fmt_eta(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class Progress:
+    """Console progress of a run: iteration, success rate, return and ETA.
+
+    On a terminal it is a rich progress bar; when ``stream`` is not a terminal (a log file, CI) it
+    prints one plain line per iteration instead, so logs stay readable.
+
+    Args:
+        total_iterations: the iteration count the run will reach.
+        start_iteration: iterations already done (a resumed run), excluded from the ETA's rate.
+        stream: where to write (default ``sys.stdout``).
+        live: force the bar on or off; default: ``stream.isatty()``.
+    """
+
+    def __init__(
+        self,
+        total_iterations: int,
+        start_iteration: int = 0,
+        stream: TextIO | None = None,
+        live: bool | None = None,
+    ) -> None:
+        if total_iterations < 1:
+            raise ValueError(f"total_iterations={total_iterations!r}: expected >= 1.")
+        self.total = total_iterations
+        self.start = start_iteration
+        self.stream = stream if stream is not None else sys.stdout
+        self.live = self.stream.isatty() if live is None else live
+        self._t0 = time.monotonic()
+        self._bar: Any = None
+        self._task: Any = None
+        if self.live:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+            from rich.progress import Progress as RichProgress
+
+            console = Console(file=self.stream, force_terminal=True)
+            self._bar = RichProgress(
+                TextColumn("iteration"),
+                MofNCompleteColumn(),
+                BarColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TextColumn("ETA"),
+                TimeRemainingColumn(),
+                console=console,
+            )
+            self._task = self._bar.add_task("train", total=total_iterations, completed=start_iteration, stats="")
+            self._bar.start()
+
+    def eta(self, iteration: int) -> float | None:
+        """Seconds left, from the mean time per iteration done in this session; None before any."""
+        done = iteration - self.start
+        if done <= 0:
+            return None
+        return (time.monotonic() - self._t0) / done * max(self.total - iteration, 0)
+
+    def update(self, iteration: int, metrics: Mapping[str, Any]) -> str:
+        """Show that ``iteration`` iterations are done; return the plain-text status line."""
+        success = metrics.get("episode/success")
+        ret = metrics.get("episode/return")
+        parts = [f"iteration {iteration}/{self.total}"]
+        if isinstance(success, (int, float)):
+            parts.append(f"success {float(success):.2f}")
+        if isinstance(ret, (int, float)):
+            parts.append(f"return {float(ret):.3f}")
+        eta = self.eta(iteration)
+        stats = "  ".join(parts[1:])
+        line = "  ".join(parts + [f"eta {_fmt_eta(eta) if eta is not None else '?'}"])
+        if self._bar is not None:
+            self._bar.update(self._task, completed=iteration, stats=stats)
+        else:
+            self.stream.write(line + "\n")
+            self.stream.flush()
+        return line
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
