@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 METRICS_FILE = "metrics.jsonl"
+CONFIG_FILE = "config.yaml"
 TENSORBOARD_DIR = "tb"
 WANDB_ID_FILE = "wandb_id.txt"
 KINDS: tuple[str, ...] = ("train", "eval", "bc")
@@ -68,6 +69,46 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     naming the file and line number.
     """
     return _parse_lines(_metrics_path(run_dir))
+
+
+def read_config(run_dir: str | Path) -> dict[str, Any] | None:
+    """The run's resolved ``config.yaml`` as a dict, or ``None`` when the run has none."""
+    path = Path(run_dir) / CONFIG_FILE
+    if not path.exists():
+        return None
+    import yaml
+
+    loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    return loaded if isinstance(loaded, dict) else None
+
+
+def config_value(config: Mapping[str, Any] | None, dotted: str) -> Any:
+    """``config["algo"]["clip_eps"]`` for ``"algo.clip_eps"``; ``None`` when any part is missing."""
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def metric_series(
+    records: list[dict[str, Any]], key: str, kind: str = "train", suite: str | None = None
+) -> tuple[list[int], list[float]]:
+    """``(iterations, values)`` of one metric, sorted by iteration, for lines of ``kind`` (and ``suite``).
+
+    When an iteration appears twice (a run resumed without truncation) the later line wins, so
+    plots and diagnoses never count an iteration twice. Missing and null values are skipped.
+    """
+    by_iteration: dict[int, float] = {}
+    for record in records:
+        if record.get("kind") != kind or (suite is not None and record.get("suite") != suite):
+            continue
+        value = record.get(key)
+        if isinstance(value, (int, float)) and math.isfinite(value):  # bools count as 0/1
+            by_iteration[int(record["iteration"])] = float(value)
+    iterations = sorted(by_iteration)
+    return iterations, [by_iteration[i] for i in iterations]
 
 
 def truncate_metrics(run_dir: str | Path, iteration: int) -> int:
