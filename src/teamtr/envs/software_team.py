@@ -1,0 +1,306 @@
+"""software-team: MetaGPT's software-company process, simulated tick by tick.
+
+Roles: a product manager, an architect, 1-4 engineers and QA. Work items form a dependency graph,
+each with a duration (ticks of work) and the skill it needs::
+
+    PRD (pm, 2) -> design (architect, 2) -> API, UI modules (engineer, 3 each)
+        -> integration (engineer, 2) -> tests (qa, 2) -> release (pm, 1)
+
+When the tests finish, QA finds a bug with probability ``bug_rate`` (at most once an episode): the API
+or UI module goes back to an engineer (one tick of fixing) and the tests must run again. The release
+must ship before the ``deadline``. Nobody works without a directive, except engineers under a goal.
+
+Directives of the seed's three kinds:
+- schedule: "engineer_2: implement the UI module" (``do:ui``); for finished work this is a redo
+  (``redo:ui``): the agent redoes it (``duplicate`` events) until given something else.
+- goal: "focus: integration before new features" / "focus: new features first": idle engineers pick
+  the first ready item of that focus themselves (two may pick the same: ``conflict``).
+- allocate: "pair engineer_1 with engineer_2 on the UI module": both work it at twice the speed;
+  two engineers on one item *without* pairing get in each other's way (``conflict``, speed 1).
+Primitive actions: ``work X``, ``pair X``, ``wait``.
+"""
+
+from __future__ import annotations
+
+import random
+
+from teamtr.core import NOOP, AgentView, Directive, Event, Outcome
+from teamtr.envs.registry import check_choice, check_float, check_int
+
+# key -> (skill, duration, dependencies)
+ITEMS: dict[str, tuple[str, int, tuple[str, ...]]] = {
+    "prd": ("pm", 2, ()),
+    "design": ("architect", 2, ("prd",)),
+    "api": ("engineer", 3, ("design",)),
+    "ui": ("engineer", 3, ("design",)),
+    "integration": ("engineer", 2, ("api", "ui")),
+    "tests": ("qa", 2, ("integration", "api", "ui")),
+    "release": ("pm", 1, ("tests",)),
+}
+MODULES = ("api", "ui")
+GOALS = {"integration": ("fix", "integration"), "features": ("api", "ui")}
+VOCAB = {
+    "default": {
+        "roles": {"pm": "product_manager", "architect": "architect", "qa": "qa", "engineer": "engineer"},
+        "names": {"prd": "PRD", "design": "design", "api": "API module", "ui": "UI module",
+                  "integration": "integration", "tests": "tests", "release": "release"},
+        "verbs": {"prd": "write the PRD", "design": "write the design",
+                  "api": "implement the API module", "ui": "implement the UI module",
+                  "integration": "integrate the modules", "tests": "run the tests",
+                  "release": "ship the release"},
+        "goals": {"integration": "focus: integration before new features",
+                  "features": "focus: new features first"},
+    },
+    "heldout": {  # disjoint words for the generalisation test
+        "roles": {"pm": "product_owner", "architect": "tech_lead", "qa": "tester", "engineer": "developer"},
+        "names": {"prd": "spec", "design": "blueprint", "api": "backend service", "ui": "frontend app",
+                  "integration": "merge", "tests": "checks", "release": "launch"},
+        "verbs": {"prd": "draft the spec", "design": "draw the blueprint",
+                  "api": "build the backend service", "ui": "build the frontend app",
+                  "integration": "merge the code", "tests": "execute the checks",
+                  "release": "do the launch"},
+        "goals": {"integration": "priority: merging over fresh work",
+                  "features": "priority: fresh work first"},
+    },
+}
+
+
+class SoftwareTeamWorld:
+    """The software-team world (see the module docstring).
+
+    Options: ``engineers`` (1-4), ``names`` (``default`` | ``heldout``), ``bug_rate`` (0-1),
+    ``deadline`` (ticks; default ``deadline_for(engineers)``: the oracle's longest plan plus slack),
+    ``compliance`` (0-1, the probability a role agent takes up a valid directive).
+    """
+
+    name = "software-team"
+
+    def __init__(
+        self,
+        engineers: int = 2,
+        names: str = "default",
+        bug_rate: float = 0.5,
+        deadline: int | None = None,
+        compliance: float = 1.0,
+    ) -> None:
+        check_int(self.name, "engineers", engineers, 1, 4)
+        check_choice(self.name, "names", names, tuple(VOCAB))
+        self.bug_rate = check_float(self.name, "bug_rate", bug_rate, 0.0, 1.0)
+        self.compliance = check_float(self.name, "compliance", compliance, 0.0, 1.0)
+        self.vocab = VOCAB[names]
+        roles = self.vocab["roles"]
+        self.engineers = [f"{roles['engineer']}_{i + 1}" for i in range(engineers)]
+        self.agents = [roles["pm"], roles["architect"], *self.engineers, roles["qa"]]
+        self.skill = {roles["pm"]: "pm", roles["architect"]: "architect", roles["qa"]: "qa"}
+        self.skill.update(dict.fromkeys(self.engineers, "engineer"))
+        self.deadline = deadline_for(engineers) if deadline is None else deadline
+        check_int(self.name, "deadline", self.deadline, 1, 10_000)
+        names_ = self.vocab["names"]
+        chain = " -> ".join(names_[k] for k in ("prd", "design")) + f" -> {names_['api']} and " \
+            f"{names_['ui']} -> " + " -> ".join(names_[k] for k in ("integration", "tests", "release"))
+        self.task = (
+            f"Software team: {', '.join(self.agents)}. Ship the {names_['release']} by tick "
+            f"{self.deadline}. Work order: {chain}. {roles['engineer']}s build modules; paired "
+            f"{roles['engineer']}s work twice as fast. The {roles['qa']} may find a bug that sends a "
+            "module back. Agents keep their directive until given a new one."
+        )
+        self._progress: dict[str, int] = {}
+        self._done: dict[str, bool] = {}
+        self._bug: str | None = None
+        self._bugged = False
+        self._doing: dict[str, tuple[str, str] | None] = {}  # agent -> (mode, item) this tick
+        self._goal: str | None = None
+        self._tick = 0
+        self._outcome: Outcome | None = None
+        self._rng = random.Random(0)
+
+    def reset(self, seed: int) -> None:
+        self._rng = random.Random(seed)
+        self._progress = dict.fromkeys(ITEMS, 0)
+        self._done = dict.fromkeys(ITEMS, False)
+        self._bug, self._bugged, self._goal = None, False, None
+        self._doing = dict.fromkeys(self.agents)
+        self._tick, self._outcome = 0, None
+
+    # -- state -----------------------------------------------------------------------------------
+    def _ready(self, item: str) -> bool:
+        return not self._done[item] and all(self._done[dep] for dep in ITEMS[item][2])
+
+    def _label(self, item: str) -> str:
+        name = self.vocab["names"][item]
+        if item == self._bug:
+            return f"{name}: bug found"
+        if self._done[item]:
+            return f"{name}: done"
+        if self._ready(item):
+            return f"{name}: {self._progress[item]}/{ITEMS[item][1]}"
+        return ""
+
+    def describe(self) -> str:
+        parts = [f"tick {self._tick} of {self.deadline}."]
+        parts += [f"{label}." for label in map(self._label, ITEMS) if label]
+        waiting = [self.vocab["names"][k] for k in ITEMS if not self._done[k] and not self._ready(k)]
+        if waiting:
+            parts.append(f"waiting: {', '.join(waiting)}.")
+        for agent in self.agents:
+            doing = self._doing[agent]
+            stale = doing is None or (doing[0] != "redo" and self._done[doing[1]])
+            work = "idle" if stale else f"{doing[0]} {self.vocab['names'][doing[1]]}"
+            parts.append(f"{agent}: {work}.")
+        if self._goal:
+            parts.append(f"goal: {self.vocab['goals'][self._goal]}.")
+        return " ".join(parts)
+
+    def view(self, agent: str) -> AgentView:
+        able = [k for k in ITEMS if ITEMS[k][0] == self.skill[agent] and self._ready(k)]
+        actions = ("wait", *(f"work {k}" for k in able), *(f"pair {k}" for k in able
+                                                            if self.skill[agent] == "engineer"))
+        return AgentView(agent, f"{agent} ({self.skill[agent]}). {self.describe()}", actions)
+
+    # -- directives ------------------------------------------------------------------------------
+    def _verb(self, item: str) -> str:
+        if item == self._bug:
+            return f"fix the {self.vocab['names'][item]} bug"
+        return self.vocab["verbs"][item]
+
+    def directives(self) -> list[Directive]:
+        out = []
+        for agent in self.agents:
+            for item, (skill, _, deps) in ITEMS.items():
+                if skill == self.skill[agent] and all(self._done[d] for d in deps):
+                    task = f"redo:{item}" if self._done[item] else f"do:{item}"
+                    out.append(Directive(f"{agent}: {self._verb(item)}", agent, task))
+        for key, text in self.vocab["goals"].items():
+            out.append(Directive(text, None, f"goal:{key}", "goal"))
+        ready = [k for k in ITEMS if ITEMS[k][0] == "engineer" and self._ready(k)]
+        for i, first in enumerate(self.engineers):
+            for second in self.engineers[i + 1:]:
+                out += [Directive(f"pair {first} with {second} on the {self.vocab['names'][k]}",
+                                  f"{first}+{second}", f"pair:{k}", "allocate") for k in ready]
+        return out
+
+    def check(self, agent: str, directive: Directive) -> str | None:
+        mode, _, item = directive.task.partition(":")
+        if mode == "goal":
+            return None
+        if item not in ITEMS or mode not in ("do", "redo", "pair"):
+            return f"software-team has no task {directive.task!r}"
+        skill, _, deps = ITEMS[item]
+        if skill != self.skill[agent]:
+            return f"{agent} is not a {skill}"
+        missing = [self.vocab["names"][d] for d in deps if not self._done[d]]
+        return f"waits for {', '.join(missing)}" if missing else None
+
+    def done(self, agent: str, directive: Directive) -> bool:
+        mode, _, item = directive.task.partition(":")
+        # A redo never finishes: the agent keeps redoing finished work until redirected.
+        return mode in ("do", "pair") and self._done.get(item, False)
+
+    def plan(self, agent: str, directive: Directive | None) -> str:
+        # The world remembers what each agent works on: describe() and the oracle report it.
+        self._doing[agent] = None
+        if directive is None or directive.kind == "noop":
+            return "wait"
+        mode, _, item = directive.task.partition(":")
+        if mode == "goal":
+            self._goal = item
+            if self.skill[agent] != "engineer":
+                return "wait"
+            order = MODULES if item == "features" else (self._bug, "integration")
+            picks = [k for k in order if k is not None and self._ready(k)]
+            if not picks:
+                return "wait"
+            mode, item = "do", picks[0]
+        self._doing[agent] = ({"do": "work", "redo": "redo", "pair": "pair"}[mode], item)
+        return f"{'pair' if mode == 'pair' else 'work'} {item}"
+
+    # -- dynamics --------------------------------------------------------------------------------
+    def step(self, actions: dict[str, str]) -> list[Event]:
+        if self._outcome is not None:
+            return []
+        events: list[Event] = []
+        workers: dict[str, list[tuple[str, str]]] = {}
+        for agent in self.agents:
+            verb, _, item = actions.get(agent, "wait").partition(" ")
+            if verb in ("work", "pair") and item in ITEMS and ITEMS[item][0] == self.skill[agent] \
+                    and all(self._done[d] for d in ITEMS[item][2]):
+                workers.setdefault(item, []).append((agent, verb))
+            elif any(ITEMS[k][0] == self.skill[agent] and self._ready(k) for k in ITEMS):
+                events.append(Event("idle", agent, "an able agent waited"))
+        for item, crew in workers.items():
+            if self._done[item]:
+                events += [Event("duplicate", agent, f"{item} was already done") for agent, _ in crew]
+                continue
+            paired = len(crew) == 2 and all(verb == "pair" for _, verb in crew)
+            if len(crew) > 1 and not paired:
+                events += [Event("conflict", agent, f"{len(crew)} agents on {item}") for agent, _ in crew[1:]]
+            self._progress[item] += 2 if paired else 1
+            if self._progress[item] >= ITEMS[item][1]:
+                events += self._finish(item, crew[0][0])
+        self._tick += 1
+        if self._outcome is None and self._tick >= self.deadline:
+            self._outcome = "failure"
+            events.append(Event("failure", None, f"deadline {self.deadline}"))
+        return events
+
+    def _finish(self, item: str, agent: str) -> list[Event]:
+        fixed = item == self._bug
+        self._done[item], self._progress[item] = True, ITEMS[item][1]
+        events = [Event("milestone", agent, f"{self.vocab['names'][item]} {'fixed' if fixed else 'done'}")]
+        if fixed:
+            self._bug = None
+        if item == "tests" and not self._bugged and self._rng.random() < self.bug_rate:
+            self._bugged = True
+            self._bug = self._rng.choice(MODULES)
+            self._done[self._bug], self._progress[self._bug] = False, ITEMS[self._bug][1] - 1
+            self._done["tests"], self._progress["tests"] = False, 0
+            events[0] = Event("milestone", agent, f"tests found a bug in the {self.vocab['names'][self._bug]}")
+        if item == "release":
+            self._outcome = "success"
+            events.append(Event("success", agent, "released"))
+        return events
+
+    def outcome(self) -> Outcome | None:
+        return self._outcome
+
+    def decision_due(self) -> bool:
+        return True
+
+    # -- oracle ----------------------------------------------------------------------------------
+    def _free(self, agent: str) -> bool:
+        doing = self._doing[agent]
+        return doing is None or doing[0] == "redo" or self._done[doing[1]]
+
+    def expert_directive(self) -> Directive:
+        """Deterministic in the state text: give ready non-engineering work to its free owner;
+        then unstarted engineering work (bug fix, API, UI, integration) to the first free engineer,
+        pairing two free engineers on the integration; then pair a free engineer with one working
+        alone on a module with 2+ ticks left; otherwise no new directive."""
+        owned = {skill: agent for agent, skill in self.skill.items() if skill != "engineer"}
+        for item, (skill, _, _) in ITEMS.items():
+            if skill != "engineer" and self._ready(item) and self._free(owned[skill]):
+                return Directive(f"{owned[skill]}: {self._verb(item)}", owned[skill], f"do:{item}")
+        free = [e for e in self.engineers if self._free(e)]
+        if not free:
+            return NOOP
+        taken = {doing[1] for e in self.engineers if (doing := self._doing[e]) and not self._free(e)}
+        order = sorted(MODULES, key=lambda k: k != self._bug) + ["integration"]
+        for item in (k for k in order if self._ready(k) and k not in taken):
+            if item == "integration" and len(free) >= 2:
+                return self._pair(free[0], free[1], item)
+            return Directive(f"{free[0]}: {self._verb(item)}", free[0], f"do:{item}")
+        for item in (k for k in order if k in taken):
+            crew = [e for e in self.engineers if self._doing[e] and self._doing[e][1] == item]
+            if len(crew) == 1 and ITEMS[item][1] - self._progress[item] >= 2:
+                first, second = sorted([free[0], crew[0]], key=self.engineers.index)
+                return self._pair(first, second, item)
+        return NOOP
+
+    def _pair(self, first: str, second: str, item: str) -> Directive:
+        return Directive(f"pair {first} with {second} on the {self.vocab['names'][item]}",
+                         f"{first}+{second}", f"pair:{item}", "allocate")
+
+
+def deadline_for(engineers: int) -> int:
+    """Default deadline: the oracle's longest episode (with a bug) plus 3 ticks of slack."""
+    return {1: 21, 2: 18, 3: 17, 4: 17}[engineers]

@@ -1,0 +1,226 @@
+"""Team: a world, one role agent per agent, a reward composer and the directive memory.
+
+The Team is what the coordinator plays against: ``reset(seed)`` gives a ``TeamState`` (the prompt
+parts and the candidate directives), ``step(choice)`` hands the chosen directive to the role agents
+it addresses, runs ticks until the world wants the next decision, and returns the reward of that
+decision. Worlds, role agents and reward terms never import each other; this module composes them.
+
+Who receives a directive: ``target`` names one agent, or several joined by ``+`` (an allocation:
+"engineer_1+engineer_2"); a ``goal`` directive (``target`` None) goes to every agent as the team goal;
+the no-op goes to nobody and keeps every directive in force.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from teamtr.agents.scripted import ScriptedAgent
+from teamtr.core import NOOP, Directive, Event, TeamTRError, World
+from teamtr.rewards.terms import RewardComposer
+
+
+@dataclass(frozen=True)
+class TeamState:
+    """What the coordinator sees at one decision.
+
+    Attributes:
+        world: the world's registry name.
+        task: static rules text, identical for every state of an episode with the same options.
+        state: ``world.describe()``: the compact state text of this tick.
+        history: the last ``history_len`` short lines: recent directives and notable events.
+        candidates: ``world.directives()`` then ``NOOP`` (always last).
+        expert: index in ``candidates`` of ``world.expert_directive()`` (the oracle's choice).
+        tick: world ticks since reset.
+    """
+
+    world: str
+    task: str
+    state: str
+    history: tuple[str, ...]
+    candidates: tuple[Directive, ...]
+    expert: int
+    tick: int
+
+
+def recipients(directive: Directive, agents: Sequence[str]) -> list[str]:
+    """The agents a directive addresses (see the module docstring)."""
+    if directive.kind == "noop":
+        return []
+    if directive.target is None:
+        return list(agents)
+    names = directive.target.split("+")
+    unknown = [name for name in names if name not in agents]
+    if unknown:
+        raise TeamTRError(
+            f"Directive {directive.text!r} targets unknown agent(s) {unknown}; agents: {agents}."
+        )
+    return names
+
+
+class Team:
+    """A world with its role agents and rewards, stepped one coordinator decision at a time.
+
+    Args:
+        world: any ``core.World``.
+        agents: one role agent per ``world.agents`` name; default: ``ScriptedAgent`` with the
+            world's ``compliance`` attribute (1.0 when it has none).
+        rewards: the reward composer; default: ``RewardComposer()`` (default weights).
+        history_len: how many history lines a TeamState carries.
+    """
+
+    def __init__(
+        self,
+        world: World,
+        agents: dict[str, ScriptedAgent] | None = None,
+        rewards: RewardComposer | None = None,
+        history_len: int = 3,
+    ) -> None:
+        self.world = world
+        compliance = float(getattr(world, "compliance", 1.0))
+        self.agents = agents or {name: ScriptedAgent(name, compliance) for name in world.agents}
+        missing = [name for name in world.agents if name not in self.agents]
+        if missing:
+            raise TeamTRError(f"Team has no role agent for {missing}; world agents: {world.agents}.")
+        self.rewards = rewards or RewardComposer()
+        if history_len < 0:
+            raise TeamTRError(f"history_len={history_len} is negative; use 0 or more.")
+        self.history: deque[str] = deque(maxlen=history_len)
+        self.previous: Directive | None = None
+        self.ticks = 0
+        self.finished = True
+        self.state: TeamState | None = None
+
+    def reset(self, seed: int) -> TeamState:
+        """Start an episode; the same seed gives the same episode (world and compliance draws)."""
+        self.world.reset(seed)
+        for i, agent in enumerate(self.agents.values()):
+            agent.reset(seed * 1009 + i)
+        self.history.clear()
+        self.previous = None
+        self.ticks = 0
+        self.finished = False
+        self.state = self._observe()
+        return self.state
+
+    def _observe(self) -> TeamState:
+        candidates = (*self.world.directives(), NOOP)
+        expert = self.world.expert_directive()
+        try:
+            index = candidates.index(expert)
+        except ValueError:
+            raise TeamTRError(
+                f"{self.world.name}: the expert directive {expert.text!r} is not among the "
+                "candidates; the world's directives() and expert_directive() disagree."
+            ) from None
+        return TeamState(
+            world=self.world.name,
+            task=self.world.task,
+            state=self.world.describe(),
+            history=tuple(self.history),
+            candidates=candidates,
+            expert=index,
+            tick=self.ticks,
+        )
+
+    def step(self, choice: int) -> tuple[TeamState, float, bool, dict[str, Any]]:
+        """Carry out candidate ``choice`` of the current state.
+
+        Returns:
+            ``(state, reward, done, info)``; info has ``events`` (every event of the decision),
+            ``terms`` (reward term -> value), ``outcome`` (``success``/``failure``/None),
+            ``terminated``, ``truncated`` (always False: a world's step limit or deadline is part
+            of its task, so running out of time is a failure, a real termination), ``ticks``
+            (world ticks this decision ran), ``directive`` (the chosen Directive).
+        """
+        if self.finished or self.state is None:
+            raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
+        candidates = self.state.candidates
+        if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < len(candidates):
+            raise TeamTRError(
+                f"choice {choice!r} is outside the candidates: pick an index in "
+                f"0..{len(candidates) - 1} ({len(candidates)} candidates)."
+            )
+        directive = candidates[choice]
+        events: list[Event] = []
+        if directive.kind == "goal":
+            events.append(Event("directive_followed", None, directive.task))
+        for name in recipients(directive, self.world.agents):
+            events += self.agents[name].receive(self.world, directive)
+        ticks = 0
+        while True:
+            actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
+            events += self.world.step(actions)
+            ticks += 1
+            for name in self.world.agents:
+                events += self.agents[name].after(self.world)
+            if self.world.outcome() is not None or self.world.decision_due():
+                break
+        self.ticks += ticks
+        reward, terms = self.rewards(events, directive, self.previous)
+        self.previous = directive
+        self._remember(directive, events)
+        outcome = self.world.outcome()
+        self.finished = outcome is not None
+        self.state = self._observe()
+        info = {
+            "events": events,
+            "terms": terms,
+            "outcome": outcome,
+            "terminated": self.finished,
+            "truncated": False,
+            "ticks": ticks,
+            "directive": directive,
+        }
+        return self.state, reward, self.finished, info
+
+    def _remember(self, directive: Directive, events: list[Event]) -> None:
+        """History lines: the directive, then what went wrong or right with it (short, for tokens)."""
+        if directive.kind != "noop":
+            self.history.append(directive.text)
+        for event in events:
+            if event.kind == "milestone":
+                self.history.append(event.detail)
+            elif event.kind == "directive_invalid":
+                self.history.append(f"{event.agent} could not: {event.detail.split(': ', 1)[-1]}")
+            elif event.kind == "conflict":
+                self.history.append(f"conflict: {event.detail}")
+
+
+class TeamBatch:
+    """Many Teams stepped together (one coordinator call scores all live states at once).
+
+    ``step(choices)`` takes one choice per *live* team, in the order of ``live()``, and returns one
+    ``(state, reward, done, info)`` per live team in the same order.
+    """
+
+    def __init__(self, teams: Sequence[Team]) -> None:
+        if not teams:
+            raise TeamTRError("TeamBatch needs at least one Team.")
+        self.teams = list(teams)
+
+    def reset(self, seeds: Sequence[int]) -> list[TeamState]:
+        """Reset team i with seeds[i]; one seed per team."""
+        if len(seeds) != len(self.teams):
+            raise TeamTRError(f"TeamBatch.reset got {len(seeds)} seeds for {len(self.teams)} teams.")
+        return [team.reset(seed) for team, seed in zip(self.teams, seeds)]
+
+    def live(self) -> list[int]:
+        """Indices of the teams whose episode is still running."""
+        return [i for i, team in enumerate(self.teams) if not team.finished]
+
+    def states(self) -> list[TeamState]:
+        """Current states of the live teams, in ``live()`` order."""
+        return [self.teams[i].state for i in self.live()]  # type: ignore[misc]
+
+    def step(self, choices: Sequence[int]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
+        """Step every live team with its choice (``choices[k]`` for ``live()[k]``)."""
+        live = self.live()
+        if len(choices) != len(live):
+            raise TeamTRError(
+                f"TeamBatch.step got {len(choices)} choices for {len(live)} live teams; give one "
+                "choice per live team, in live() order."
+            )
+        return [self.teams[i].step(choice) for i, choice in zip(live, choices)]
