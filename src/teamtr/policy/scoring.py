@@ -1,0 +1,421 @@
+"""Exact, prefix-shared scoring of candidate directives.
+
+For a batch of decisions (a shared static prefix, then per decision a dynamic prompt part and a
+variable number of candidates) this returns every candidate's summed token log-probability
+log p(candidate tokens | prefix + dynamic), exactly, with three savings over the naive
+"one full pass per prompt x candidate" (what TWOSOME does):
+
+1. the static prefix (system text, rules) is encoded once for the whole batch; its keys and values
+   are expanded over the batch inside every attention layer (and memoised between calls while the
+   weights do not change);
+2. each decision is ONE packed row: its dynamic tokens, then its candidates as a **token trie**:
+   candidates that start alike ("agent_B: fetch the map" / "agent_B: fetch the key") share the nodes
+   of their common prefix. A 4D attention mask lets a trie node see the prefix, the dynamic part and
+   its own ancestors only, and its position id is the depth after the prompt, so each candidate sees
+   exactly the sequence "prefix + dynamic + its own tokens" (tree attention, as in SpecInfer/Medusa);
+3. vocabulary logits are computed only at positions whose next token is scored (the prompt's last
+   token and the trie's inner nodes), never for the whole sequence.
+
+The same pass returns, per decision, the final-norm hidden state at the prompt's last token (for the
+value head) and, on request, the hidden states entering layer ``capture_layer`` so that training can
+re-run only the top layers (``train_layers``: N).
+
+Supported: decoder-only models with the Llama layout (``model.model.{embed_tokens, layers, norm,
+rotary_emb}`` and layers that call ``cache.update``): Llama, SmolLM, Mistral, Qwen2/3 and kin.
+``check_exact`` compares against the model's own forward pass, so an unsupported architecture is
+caught by a test, not trusted.
+"""
+
+from __future__ import annotations
+
+import inspect
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+import torch
+
+from teamtr.core import TeamTRError
+
+
+@dataclass
+class EncodedDecision:
+    """One decision as token ids: the dynamic prompt part and the candidates (end marker included)."""
+
+    dynamic: tuple[int, ...]
+    candidates: list[tuple[int, ...]]
+    words: list[int]
+
+
+@dataclass
+class PackedBatch:
+    """Tensors for one packed forward of B decisions (built by ``pack``; all on CPU until ``to``).
+
+    Shapes: B decisions, L = longest row (dynamic + trie inner nodes), E edges (trie nodes, one
+    scored token each), C = total candidates, Cmax = most candidates of one decision.
+    """
+
+    prefix: torch.Tensor  # [P] static prefix ids
+    input_ids: torch.Tensor  # [B, L]
+    positions: torch.Tensor  # [B, L] absolute position ids (prefix first)
+    row_mask: torch.Tensor  # [B, L, L] bool: query row may attend key row
+    lengths: torch.Tensor  # [B] row lengths
+    value_index: torch.Tensor  # [B] flat index (b*L + i) of each prompt's last token
+    pred_index: torch.Tensor  # [N] flat indices of positions whose logits are needed
+    edge_pred: torch.Tensor  # [E] index into pred_index predicting each edge's token
+    edge_token: torch.Tensor  # [E]
+    path_edge: torch.Tensor  # [K] edge of each (candidate, token) pair
+    path_cand: torch.Tensor  # [K] candidate (flat, 0..C-1) of each pair
+    cand_batch: torch.Tensor  # [C] decision of each candidate
+    cand_slot: torch.Tensor  # [C] slot of each candidate within its decision
+    n_tokens: torch.Tensor  # [B, Cmax] tokens per candidate (0 where padded)
+    n_words: torch.Tensor  # [B, Cmax]
+    cand_mask: torch.Tensor  # [B, Cmax] bool
+
+    @property
+    def batch_size(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    @property
+    def tokens(self) -> int:
+        """Tokens the packed pass feeds through the trunk (without the shared prefix)."""
+        return int(self.lengths.sum())
+
+
+@dataclass
+class ScoreOutput:
+    """Summed candidate log-probs and what the value head and training need."""
+
+    sums: torch.Tensor  # [B, Cmax] sum of candidate token log-probs (0 where masked)
+    n_tokens: torch.Tensor  # [B, Cmax]
+    n_words: torch.Tensor  # [B, Cmax]
+    mask: torch.Tensor  # [B, Cmax] bool
+    value_hidden: torch.Tensor  # [B, H] final-norm hidden state at each prompt's last token
+    captured_rows: torch.Tensor | None = None  # [B, L, H] hidden entering capture_layer
+    captured_prefix: torch.Tensor | None = None  # [1, P, H]
+
+    def normalized(self, normalization: str) -> torch.Tensor:
+        """Candidate scores: ``sum``, ``token`` (mean per token) or ``word`` (per word, TWOSOME)."""
+        if normalization == "sum":
+            return self.sums
+        if normalization == "token":
+            return self.sums / self.n_tokens.clamp(min=1)
+        if normalization == "word":
+            return self.sums / self.n_words.clamp(min=1)
+        raise TeamTRError(f"policy.normalization {normalization!r} is not one of sum, token, word.")
+
+
+def _trie(candidates: Sequence[tuple[int, ...]]) -> tuple[list[int], list[int], list[list[int]]]:
+    """Token trie of the candidates: (parent of each node, token of each node, node path per candidate)."""
+    parent: list[int] = []
+    token: list[int] = []
+    index: dict[tuple[int, int], int] = {}
+    paths: list[list[int]] = []
+    for cand in candidates:
+        node, path = -1, []
+        for tok in cand:
+            key = (node, tok)
+            if key not in index:
+                index[key] = len(parent)
+                parent.append(node)
+                token.append(tok)
+            node = index[key]
+            path.append(node)
+        paths.append(path)
+    return parent, token, paths
+
+
+def pack(prefix: Sequence[int], decisions: Sequence[EncodedDecision], max_positions: int) -> PackedBatch:
+    """Lay out B decisions as packed rows with trie-shared candidates (see the module docstring)."""
+    if not decisions:
+        raise TeamTRError("pack() got no decisions; give at least one state to score.")
+    P = len(prefix)
+    rows: list[list[int]] = []
+    poss: list[list[int]] = []
+    allowed: list[list[list[int]]] = []  # per row position: the row positions it may attend
+    value_pos: list[int] = []
+    pred_rows: list[tuple[int, int]] = []  # (b, row position)
+    edges: list[tuple[int, int]] = []  # (pred slot, token)
+    path_edge: list[int] = []
+    path_cand: list[int] = []
+    cand_batch: list[int] = []
+    cand_slot: list[int] = []
+    ntok: list[list[int]] = []
+    nwrd: list[list[int]] = []
+    for b, dec in enumerate(decisions):
+        if not dec.candidates:
+            raise TeamTRError(f"Decision {b} has an empty candidate list; every state needs candidates.")
+        if not dec.dynamic:
+            raise TeamTRError(f"Decision {b} has an empty prompt; the dynamic part must hold the state.")
+        D = len(dec.dynamic)
+        longest = max(len(c) for c in dec.candidates)
+        if P + D + longest > max_positions:
+            worst = max(range(len(dec.candidates)), key=lambda j: len(dec.candidates[j]))
+            raise TeamTRError(
+                f"Decision {b}: prompt ({P + D} tokens) + candidate {worst} ({longest} tokens) exceed the "
+                f"model's context of {max_positions} tokens; shorten the state text or the candidate."
+            )
+        if any(len(c) == 0 for c in dec.candidates):
+            raise TeamTRError(f"Decision {b} has an empty candidate; every candidate needs text.")
+        parent, token, paths = _trie(dec.candidates)
+        has_child = [False] * len(parent)
+        for p in parent:
+            if p >= 0:
+                has_child[p] = True
+        # Inner nodes become inputs (their outputs predict their children); leaves never do.
+        row_of: dict[int, int] = {}
+        row = list(dec.dynamic)
+        pos = [P + i for i in range(D)]
+        att = [list(range(i + 1)) for i in range(D)]
+        depth = [0] * len(parent)
+        for n, p in enumerate(parent):
+            depth[n] = 0 if p < 0 else depth[p] + 1
+            if has_child[n]:
+                row_of[n] = len(row)
+                row.append(token[n])
+                pos.append(P + D + depth[n])
+                anc, a = [], n
+                while a >= 0:
+                    anc.append(row_of[a])
+                    a = parent[a]
+                att.append(list(range(D)) + anc)
+        base = len(pred_rows)
+        pred_rows.append((b, D - 1))
+        slot_of_row = {D - 1: base}
+        for n in row_of:
+            slot_of_row[row_of[n]] = len(pred_rows)
+            pred_rows.append((b, row_of[n]))
+        edge_base = len(edges)
+        for n, p in enumerate(parent):
+            edges.append((slot_of_row[D - 1 if p < 0 else row_of[p]], token[n]))
+        c0 = len(cand_batch)
+        for j, path in enumerate(paths):
+            path_edge.extend(edge_base + n for n in path)
+            path_cand.extend([c0 + j] * len(path))
+            cand_batch.append(b)
+            cand_slot.append(j)
+        ntok.append([len(c) for c in dec.candidates])
+        nwrd.append(list(dec.words))
+        rows.append(row)
+        poss.append(pos)
+        allowed.append(att)
+        value_pos.append(D - 1)
+    B, L = len(rows), max(len(r) for r in rows)
+    cmax = max(len(t) for t in ntok)
+    input_ids = torch.zeros(B, L, dtype=torch.long)
+    positions = torch.zeros(B, L, dtype=torch.long)
+    row_mask = torch.zeros(B, L, L, dtype=torch.bool)
+    for b in range(B):
+        n = len(rows[b])
+        input_ids[b, :n] = torch.tensor(rows[b])
+        positions[b, :n] = torch.tensor(poss[b])
+        q = torch.tensor([i for i, a in enumerate(allowed[b]) for _ in a])
+        k = torch.tensor([j for a in allowed[b] for j in a])
+        row_mask[b, q, k] = True
+    n_tokens = torch.zeros(B, cmax)
+    n_words = torch.zeros(B, cmax)
+    cand_mask = torch.zeros(B, cmax, dtype=torch.bool)
+    for b in range(B):
+        c = len(ntok[b])
+        n_tokens[b, :c] = torch.tensor(ntok[b], dtype=torch.float)
+        n_words[b, :c] = torch.tensor(nwrd[b], dtype=torch.float)
+        cand_mask[b, :c] = True
+    return PackedBatch(
+        prefix=torch.tensor(list(prefix), dtype=torch.long),
+        input_ids=input_ids,
+        positions=positions,
+        row_mask=row_mask,
+        lengths=torch.tensor([len(r) for r in rows]),
+        value_index=torch.tensor([b * L + v for b, v in enumerate(value_pos)]),
+        pred_index=torch.tensor([b * L + r for b, r in pred_rows]),
+        edge_pred=torch.tensor([e[0] for e in edges]),
+        edge_token=torch.tensor([e[1] for e in edges]),
+        path_edge=torch.tensor(path_edge),
+        path_cand=torch.tensor(path_cand),
+        cand_batch=torch.tensor(cand_batch),
+        cand_slot=torch.tensor(cand_slot),
+        n_tokens=n_tokens,
+        n_words=n_words,
+        cand_mask=cand_mask,
+    )
+
+
+class _RecordKV:
+    """Cache stand-in for the prefix pass: remembers the layer's keys and values."""
+
+    def __init__(self) -> None:
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        self.k, self.v = k, v
+        return k, v
+
+
+class _PrefixKV:
+    """Cache stand-in for the packed rows: prepends the shared prefix's keys and values."""
+
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, batch: int) -> None:
+        self.k = k.expand(batch, -1, -1, -1)
+        self.v = v.expand(batch, -1, -1, -1)
+
+    def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+
+
+@dataclass
+class _PrefixMemo:
+    key: tuple[int, ...] = ()
+    start: int = -1
+    kv: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
+    hidden: dict[int, torch.Tensor] = field(default_factory=dict)
+
+
+class CandidateScorer:
+    """Scores packed batches on a Llama-layout causal LM (LoRA-wrapped or not)."""
+
+    def __init__(self, model: Any) -> None:
+        base = getattr(model, "model", None)
+        needed = ("embed_tokens", "layers", "norm", "rotary_emb")
+        if base is None or not all(hasattr(base, a) for a in needed):
+            raise TeamTRError(
+                f"{type(model).__name__} does not have the Llama decoder layout (model.model.embed_tokens, "
+                "layers, norm, rotary_emb) that prefix-shared scoring needs; use a Llama, SmolLM, Mistral "
+                "or Qwen-family model."
+            )
+        self.model = model
+        self.base = base
+        self.layers = list(base.layers)
+        self.lm_head = model.get_output_embeddings()
+        params = inspect.signature(self.layers[0].forward).parameters
+        self._cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.max_positions = int(getattr(model.config, "max_position_embeddings", 2048))
+        self._memo = _PrefixMemo()
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    def invalidate(self) -> None:
+        """Forget memoised prefix keys/values: call after the weights change."""
+        self._memo = _PrefixMemo()
+
+    def _layer(self, i: int, h: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
+        rope = self.base.rotary_emb(h, pos)
+        out = self.layers[i](
+            h, attention_mask=mask, position_ids=pos, position_embeddings=rope, **{self._cache_kw: cache}
+        )
+        return out[0] if isinstance(out, tuple) else out
+
+    def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        # A float mask works for every attention implementation (eager adds it, SDPA accepts it);
+        # finfo.min rather than -inf keeps fully masked padding rows finite.
+        zero = torch.zeros((), dtype=dtype, device=allowed.device)
+        return torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]
+
+    def _prefix(self, prefix: torch.Tensor, start: int, prefix_hidden: torch.Tensor | None,
+                capture: int | None) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], dict[int, torch.Tensor]]:
+        """Run the shared prefix through layers start.. (memoised when no gradient is needed)."""
+        key = tuple(prefix.tolist())
+        use_memo = not torch.is_grad_enabled()
+        if use_memo and self._memo.key == key and self._memo.start == start and (
+            capture is None or capture in self._memo.hidden
+        ):
+            return self._memo.kv, self._memo.hidden
+        device = self.lm_head.weight.device
+        P = prefix.numel()
+        pos = torch.arange(P, device=device)[None]
+        h = self.base.embed_tokens(prefix.to(device)[None]) if prefix_hidden is None else prefix_hidden
+        causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()[None]
+        mask = self._additive(causal, h.dtype)
+        kv, hidden = [], {}
+        for i in range(start, self.num_layers):
+            hidden[i] = h
+            rec = _RecordKV()
+            h = self._layer(i, h, mask, pos, rec)
+            kv.append((rec.k, rec.v))
+        if use_memo:
+            self._memo = _PrefixMemo(key, start, kv, hidden)
+        return kv, hidden
+
+    def forward(
+        self,
+        packed: PackedBatch,
+        *,
+        start_layer: int = 0,
+        rows_hidden: torch.Tensor | None = None,
+        prefix_hidden: torch.Tensor | None = None,
+        capture_layer: int | None = None,
+    ) -> ScoreOutput:
+        """Score a packed batch. With ``rows_hidden`` [B, L, H] and ``prefix_hidden`` [1, P, H]
+        (the hidden states entering ``start_layer``), only layers ``start_layer..`` run."""
+        device = self.lm_head.weight.device
+        B, L = packed.input_ids.shape
+        if start_layer and (rows_hidden is None or prefix_hidden is None):
+            raise TeamTRError("start_layer > 0 needs the cached rows_hidden and prefix_hidden.")
+        kv, pre_hidden = self._prefix(packed.prefix, start_layer, prefix_hidden, capture_layer)
+        P = packed.prefix.numel()
+        h = self.base.embed_tokens(packed.input_ids.to(device)) if rows_hidden is None else rows_hidden
+        allowed = torch.cat(
+            [torch.ones(B, L, P, dtype=torch.bool), packed.row_mask], dim=2
+        ).to(device)
+        mask = self._additive(allowed, h.dtype)
+        pos = packed.positions.to(device)
+        captured = None
+        for n, i in enumerate(range(start_layer, self.num_layers)):
+            if i == capture_layer:
+                captured = h
+            h = self._layer(i, h, mask, pos, _PrefixKV(kv[n][0], kv[n][1], B))
+        flat = self.base.norm(h).reshape(B * L, -1)
+        value_hidden = flat[packed.value_index.to(device)]
+        logits = self.lm_head(flat[packed.pred_index.to(device)]).float()
+        logp = torch.log_softmax(logits, dim=-1)
+        edge_logp = logp[packed.edge_pred.to(device), packed.edge_token.to(device)]
+        C = packed.cand_batch.numel()
+        cand = torch.zeros(C, device=device).index_add(
+            0, packed.path_cand.to(device), edge_logp[packed.path_edge.to(device)]
+        )
+        sums = torch.zeros(packed.cand_mask.shape, device=device, dtype=cand.dtype).index_put(
+            (packed.cand_batch.to(device), packed.cand_slot.to(device)), cand
+        )
+        return ScoreOutput(
+            sums=sums,
+            n_tokens=packed.n_tokens.to(device),
+            n_words=packed.n_words.to(device),
+            mask=packed.cand_mask.to(device),
+            value_hidden=value_hidden,
+            captured_rows=captured,
+            captured_prefix=pre_hidden.get(capture_layer) if capture_layer is not None else None,
+        )
+
+
+def score_naive(model: Any, prefix: Sequence[int], decisions: Sequence[EncodedDecision],
+                batch_size: int = 64) -> list[list[float]]:
+    """The reference: one full forward pass per (prompt, candidate) pair, as TWOSOME scores.
+
+    Used by the tests (exactness) and the benchmark (speed baseline), never by training.
+    """
+    device = model.get_output_embeddings().weight.device
+    seqs: list[tuple[list[int], int]] = []
+    for dec in decisions:
+        prompt = list(prefix) + list(dec.dynamic)
+        for cand in dec.candidates:
+            seqs.append((prompt + list(cand), len(prompt)))
+    out: list[float] = []
+    for s in range(0, len(seqs), batch_size):
+        chunk = seqs[s : s + batch_size]
+        L = max(len(x) for x, _ in chunk)
+        ids = torch.zeros(len(chunk), L, dtype=torch.long)
+        att = torch.zeros(len(chunk), L, dtype=torch.long)
+        for r, (x, _) in enumerate(chunk):
+            ids[r, : len(x)] = torch.tensor(x)
+            att[r, : len(x)] = 1
+        logits = model(input_ids=ids.to(device), attention_mask=att.to(device)).logits.float()
+        logp = torch.log_softmax(logits, dim=-1)
+        for r, (x, start) in enumerate(chunk):
+            tgt = torch.tensor(x[start:], device=device)
+            out.append(float(logp[r, start - 1 : len(x) - 1].gather(1, tgt[:, None]).sum()))
+    result, k = [], 0
+    for dec in decisions:
+        result.append(out[k : k + len(dec.candidates)])
+        k += len(dec.candidates)
+    return result
