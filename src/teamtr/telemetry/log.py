@@ -71,6 +71,14 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return _parse_lines(_metrics_path(run_dir))
 
 
+def require_run_dir(run_dir: str | Path) -> Path:
+    """``run_dir`` as a Path; ``FileNotFoundError`` naming it when it is not a directory."""
+    path = Path(run_dir)
+    if not path.is_dir():
+        raise FileNotFoundError(f"run directory {str(path)!r} does not exist; give the directory `teamtr train` wrote.")
+    return path
+
+
 def read_config(run_dir: str | Path) -> dict[str, Any] | None:
     """The run's resolved ``config.yaml`` as a dict, or ``None`` when the run has none."""
     path = Path(run_dir) / CONFIG_FILE
@@ -257,7 +265,9 @@ class RunLogger:
         try:
             line = json.dumps(record, allow_nan=False)
         except TypeError as error:
-            raise TypeError(f"metrics for {kind} iteration {iteration} hold a value JSON cannot store: {error}") from error
+            raise TypeError(
+                f"metrics for {kind} iteration {iteration} hold a value JSON cannot store: {error}"
+            ) from error
         self._file.write(line + "\n")
         self._file.flush()
         os.fsync(self._file.fileno())

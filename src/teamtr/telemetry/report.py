@@ -17,7 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from teamtr.telemetry.log import CONFIG_FILE, config_value, metric_series, read_config, read_metrics
+from teamtr.telemetry.doctor import rolling_mean
+from teamtr.telemetry.log import (
+    CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
+)
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -55,7 +58,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     PlotSpec("success.png", "Success rate", ("episode/success",), eval_key="eval/success"),
     PlotSpec("length.png", "Episode length", ("episode/length",), eval_key="eval/length"),
     PlotSpec("kl_old_new.png", "KL(old || new)", ("policy/kl_old_new",), target="algo.target_kl"),
-    PlotSpec("kl_ref_new.png", "KL(ref || new)", ("policy/kl_ref_new",), target="algo.kl_target"),
+    PlotSpec("kl_ref_new.png", "KL(ref || new)", ("policy/kl_ref_new",), target="algo.target_kl"),
     PlotSpec("entropy.png", "Policy entropy", ("policy/entropy",)),
     PlotSpec("value_loss.png", "Value loss", ("value/loss",)),
     PlotSpec("explained_variance.png", "Value explained variance", ("value/explained_variance",)),
@@ -77,8 +80,7 @@ PLOTS: tuple[PlotSpec, ...] = (
 
 def _smooth(values: list[float]) -> list[float]:
     """Trailing mean over a window of a tenth of the series: the trend under per-iteration noise."""
-    window = max(2, len(values) // 10)
-    return [sum(values[max(0, i - window + 1): i + 1]) / (i - max(0, i - window + 1) + 1) for i in range(len(values))]
+    return rolling_mean(values, max(2, len(values) // 10), centred=False)
 
 
 def _suites(records: list[dict[str, Any]]) -> list[str]:
@@ -92,8 +94,10 @@ def draw(spec: PlotSpec, records: list[dict[str, Any]], config: dict[str, Any] |
 
     series = {key: metric_series(records, key, kind=spec.kind) for key in spec.keys}
     shown = [key for key in spec.keys if series[key][0]]
-    evals = {s: metric_series(records, spec.eval_key, "eval", s) for s in _suites(records)} if spec.eval_key else {}
-    evals = {s: xy for s, xy in evals.items() if xy[0]}
+    evals: dict[str, tuple[list[int], list[float]]] = {}
+    if spec.eval_key:
+        evals = {s: metric_series(records, spec.eval_key, "eval", s) for s in _suites(records)}
+        evals = {s: xy for s, xy in evals.items() if xy[0]}
     if not shown and not evals:
         return None
     n_axes = len(shown) if spec.panels else 1
@@ -201,7 +205,8 @@ def _transcript_html(episode: dict[str, Any] | None) -> str:
         rows.append(
             f"<tr><td>{_cell(step.get('tick'))}</td><td><pre>{_cell(step.get('state'))}</pre></td>"
             f"<td><ol start=0>{candidates}</ol></td><td>{_cell(step.get('directive'))}</td>"
-            f"<td>{_cell(step.get('reward'))}</td><td>{_cell(', '.join(map(str, step.get('events') or [])))}</td></tr>"
+            f"<td>{_cell(step.get('reward'))}</td>"
+            f"<td>{_cell(', '.join(map(str, step.get('events') or [])))}</td></tr>"
         )
     cut = len(steps) - MAX_TRANSCRIPT_STEPS
     note = f"<p>&hellip; {cut} more decisions not shown.</p>" if cut > 0 else ""
@@ -233,8 +238,7 @@ _STYLE = (
 def write_report(run_dir: str | Path) -> Path:
     """Write ``run_dir/report/*.png`` and ``run_dir/report/index.html``; return the HTML's path."""
     run = Path(run_dir)
-    if not run.is_dir():
-        raise FileNotFoundError(f"run directory {str(run)!r} does not exist; give the directory `teamtr train` wrote.")
+    require_run_dir(run)
     records = read_metrics(run)
     config = read_config(run)
     out = run / REPORT_DIR
@@ -244,7 +248,7 @@ def write_report(run_dir: str | Path) -> Path:
     images = [spec for spec in PLOTS if _write_png(spec, records, config, out)]
     config_path = run / CONFIG_FILE
     config_text = config_path.read_text(encoding="utf-8") if config_path.exists() else "(no config.yaml)"
-    figures = "".join(f'<img src="{s.file}" alt="{html.escape(s.title)}" title="{html.escape(s.title)}">' for s in images)
+    figures = "".join(f'<img src="{s.file}" alt="{html.escape(s.title)}">' for s in images)
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>TeamTR run {html.escape(run.name)}</title>"
         f"<style>{_STYLE}</style></head><body><h1>TeamTR run {html.escape(run.name)}</h1>{_summary(records)}"

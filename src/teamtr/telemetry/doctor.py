@@ -1,0 +1,352 @@
+"""`teamtr doctor`: read a run's metrics and name the seed's troubleshooting symptoms (SEED section 6).
+
+Each detector looks at the ``train`` lines (one per iteration) and fires on clear numeric thresholds,
+all module constants below, so a reader can see why a finding was raised and tune the rule. A
+finding carries the numbers it saw, the table's causes and remedies, and the config keys to change
+with a suggested value when the run's config has the current one. A healthy run gives no finding.
+
+Detectors (symptom: rule):
+
+- oscillating reward: the smoothed return falls by a large swing (>= ``OSC_SWING_FRAC`` of its range
+  and >= ``OSC_NOISE_MULT`` x the per-iteration noise) at least ``OSC_MIN_DROPS`` times, the last in
+  the second half of the run (rise-and-crash cycles with no convergence).
+- early rise then plateau: success rose by >= ``PLATEAU_MIN_RISE``, 80% of the rise came in the
+  first ``PLATEAU_EARLY_FRAC`` of the run, the second half added < ``PLATEAU_MAX_LATE_GAIN`` and the
+  level is below ``PLATEAU_SOLVED``.
+- KL near 0: median KL(old||new) < ``KL_ZERO_FRAC`` x target_kl.
+- KL blow-up: KL(old||new) > ``KL_BLOWUP_FACTOR`` x target_kl in >= ``KL_BLOWUP_MIN_SHARE`` of iterations.
+- meaningless or repeated directives: over the last quarter, repeat rate >= ``REPEAT_RATE_MAX`` or
+  invalid rate >= ``INVALID_RATE_MAX``.
+- slow training: median decisions/s < ``SLOW_DECISIONS_PER_S``.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
+
+OSC_MIN_ITERATIONS = 8
+OSC_SMOOTH = 3  # centred mean window: damps the sampling noise of a few episodes per iteration
+OSC_SWING_FRAC = 0.3
+OSC_NOISE_MULT = 3.0
+OSC_MIN_DROPS = 2
+
+PLATEAU_MIN_ITERATIONS = 10
+PLATEAU_MIN_RISE = 0.1
+PLATEAU_EARLY_FRAC = 0.5
+PLATEAU_MAX_LATE_GAIN = 0.1
+PLATEAU_SOLVED = 0.9
+
+#: The default of ``algo.target_kl``, used when the run's config does not give one.
+DEFAULT_TARGET_KL = 0.02
+KL_MIN_ITERATIONS = 3
+KL_ZERO_FRAC = 0.05
+KL_BLOWUP_FACTOR = 2.0
+KL_BLOWUP_MIN_SHARE = 0.25
+GRAD_ZERO = 1e-8  # a median grad norm below this means no gradient reaches the trained weights
+
+DIRECTIVE_MIN_ITERATIONS = 3
+REPEAT_RATE_MAX = 0.5
+INVALID_RATE_MAX = 0.2
+
+SLOW_DECISIONS_PER_S = 2.0
+
+
+@dataclass(frozen=True)
+class ConfigChange:
+    """A config key to change: ``direction`` is ``lower`` or ``raise`` (or ``strengthen`` for a penalty
+    weight: more negative); ``current``/``suggested`` are numbers when the run's config has the key."""
+
+    key: str
+    direction: str
+    current: float | None = None
+    suggested: float | None = None
+
+    def __str__(self) -> str:
+        if self.current is None or self.suggested is None:
+            return f"{self.key}: {self.direction}"
+        return f"{self.key}: {self.direction} {self.current:g} -> {self.suggested:g}"
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One symptom seen in a run, with the numbers behind it and what to try."""
+
+    code: str  # short id, stable for scripts: "oscillating_reward"
+    symptom: str  # the seed's words
+    evidence: dict[str, float]
+    causes: tuple[str, ...]
+    remedies: tuple[str, ...]
+    changes: tuple[ConfigChange, ...] = field(default_factory=tuple)
+
+    @property
+    def config_keys(self) -> tuple[str, ...]:
+        return tuple(change.key for change in self.changes)
+
+
+def _change(
+    config: Mapping[str, Any] | None, key: str, direction: str, factor: float,
+    low: float | None = None, high: float | None = None,
+) -> ConfigChange:
+    """A change of ``key`` by ``factor`` within ``[low, high]``, from the config's current value if known."""
+    current = config_value(config, key)
+    if not isinstance(current, (int, float)) or isinstance(current, bool):
+        return ConfigChange(key, direction)
+    suggested = current * factor
+    if low is not None:
+        suggested = max(suggested, low)
+    if high is not None:
+        suggested = min(suggested, high)
+    if isinstance(current, int):
+        suggested = max(1, round(suggested)) if current >= 1 else round(suggested)
+    return ConfigChange(key, direction, float(current), float(f"{suggested:.3g}"))
+
+
+def rolling_mean(values: Sequence[float], window: int, centred: bool = True) -> list[float]:
+    """Mean over ``window`` points around (``centred``) or ending at each point; shorter at the edges."""
+    before = window // 2 if centred else window - 1
+    after = window - 1 - before
+    out = []
+    for i in range(len(values)):
+        part = values[max(0, i - before): i + after + 1]
+        out.append(sum(part) / len(part))
+    return out
+
+
+def _slope(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Least-squares slope of ys over xs (0 when xs are all equal)."""
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    var = sum((x - mx) ** 2 for x in xs)
+    return 0.0 if var == 0 else sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / var
+
+
+def _noise(values: Sequence[float]) -> float:
+    """Per-iteration noise (std), robustly from first differences: a trend or slow swings barely move it.
+
+    For white noise of std s the differences have std s*sqrt(2); their MAD*1.4826 estimates that.
+    """
+    diffs = [b - a for a, b in zip(values, values[1:])]
+    centre = statistics.median(diffs)
+    return 1.4826 * statistics.median(abs(d - centre) for d in diffs) / 2**0.5
+
+
+def count_drops(values: Sequence[float], swing: float) -> list[int]:
+    """Indices where a fall of at least ``swing`` from the preceding peak is confirmed (a zigzag).
+
+    A rise of at least ``swing`` from a trough must come between two counted drops, so a single
+    slow decline counts once, not once per step.
+    """
+    drops: list[int] = []
+    rising: bool | None = None
+    peak = trough = values[0]
+    for i, v in enumerate(values):
+        peak, trough = max(peak, v), min(trough, v)
+        if rising is not False and peak - v >= swing:
+            drops.append(i)
+            rising, trough = False, v
+        elif rising is not True and v - trough >= swing:
+            rising, peak = True, v
+    return drops
+
+
+def _oscillation(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    key = "episode/return"
+    iterations, ys = metric_series(records, key)
+    if len(ys) < OSC_MIN_ITERATIONS:
+        key = "episode/success"
+        iterations, ys = metric_series(records, key)
+    if len(ys) < OSC_MIN_ITERATIONS:
+        return None
+    smooth = rolling_mean(ys, OSC_SMOOTH)
+    spread = max(smooth) - min(smooth)
+    noise = _noise(ys)
+    swing = max(OSC_SWING_FRAC * spread, OSC_NOISE_MULT * noise)
+    if spread == 0 or swing > spread:
+        return None
+    drops = count_drops(smooth, swing)
+    if len(drops) < OSC_MIN_DROPS or drops[-1] < len(ys) // 2:
+        return None
+    return Finding(
+        "oscillating_reward", "reward oscillates, no convergence",
+        {"drops": len(drops), "swing": swing, "range": spread, "noise": noise,
+         "last_drop_iteration": iterations[drops[-1]], "metric_is_return": float(key == "episode/return")},
+        ("clip_eps too large", "learning rate too high", "advantage estimate poor (no GAE, bad lambda)",
+         "batch too small"),
+        ("lower clip_eps first (0.2 -> 0.1)", "lower the learning rate", "keep GAE on (lambda 0.95)",
+         "collect more episodes per iteration"),
+        (_change(config, "algo.clip_eps", "lower", 0.5, low=0.05), _change(config, "algo.lr", "lower", 0.5),
+         _change(config, "rollout.episodes", "raise", 2.0)),
+    )
+
+
+def _plateau(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    iterations, ys = metric_series(records, "episode/success")
+    n = len(ys)
+    if n < PLATEAU_MIN_ITERATIONS:
+        return None
+    start = statistics.fmean(ys[: max(2, n // 10)])
+    level = statistics.fmean(ys[-max(2, n // 4):])
+    rise = level - start
+    if rise < PLATEAU_MIN_RISE or level >= PLATEAU_SOLVED:
+        return None
+    smooth = rolling_mean(ys, OSC_SMOOTH)
+    reached = next(i for i, s in enumerate(smooth) if s >= start + 0.8 * rise)
+    half = n // 2
+    late_gain = _slope(iterations[half:], ys[half:]) * (iterations[-1] - iterations[half])
+    if reached > PLATEAU_EARLY_FRAC * n or late_gain >= PLATEAU_MAX_LATE_GAIN:
+        return None
+    evidence = {"start_success": start, "plateau_success": level, "rise_done_by_iteration": iterations[reached],
+                "second_half_gain": late_gain}
+    _, entropy = metric_series(records, "policy/entropy")
+    if len(entropy) >= 2 and entropy[0] > 0:
+        evidence["entropy_first"], evidence["entropy_last"] = entropy[0], entropy[-1]
+    return Finding(
+        "early_plateau", "early rise then plateau", evidence,
+        ("too little exploration", "entropy coefficient decays too fast", "task too hard for the current policy"),
+        ("raise the entropy bonus and the floor of its decay", "add a little noise to directive choice "
+         "(higher policy temperature)", "curriculum: start with easier worlds (fewer items, fewer agents)"),
+        (_change(config, "algo.ent_coef_start", "raise", 1.5), _change(config, "algo.ent_coef_end", "raise", 2.0),
+         _change(config, "policy.temperature", "raise", 1.25)),
+    )
+
+
+def _target_kl(config: Mapping[str, Any] | None) -> float:
+    target = config_value(config, "algo.target_kl")
+    return float(target) if isinstance(target, (int, float)) and target > 0 else DEFAULT_TARGET_KL
+
+
+def _kl_findings(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> list[Finding]:
+    _, kl = metric_series(records, "policy/kl_old_new")
+    if len(kl) < KL_MIN_ITERATIONS:
+        return []
+    target = _target_kl(config)
+    median = statistics.median(kl)
+    findings = []
+    if median < KL_ZERO_FRAC * target:
+        evidence = {"median_kl_old_new": median, "target_kl": target}
+        for key in ("optim/grad_norm", "policy/clip_frac", "optim/lr"):
+            _, values = metric_series(records, key)
+            if values:
+                evidence["median_" + key.split("/")[1]] = statistics.median(values)
+        dead = evidence.get("median_grad_norm", 1.0) < GRAD_ZERO
+        findings.append(Finding(
+            "kl_near_zero", "KL stays ~0: the policy barely moves",
+            evidence,
+            ("no gradient reaches the adapter (frozen layers, LoRA not attached, lr 0)" if dead else
+             "broken or vanishing gradients (check LoRA targets and grad norms)", "clip_eps too small",
+             "learning rate too low"),
+            ("check gradient flow: optim/grad_norm must be > 0 and the LoRA layers trainable", "raise clip_eps",
+             "raise the learning rate"),
+            (_change(config, "algo.clip_eps", "raise", 1.5, high=0.3), _change(config, "algo.lr", "raise", 2.0),
+             ConfigChange("model.train_layers", "check (all trains every layer)")),
+        ))
+    over = [v for v in kl if v > KL_BLOWUP_FACTOR * target]
+    if len(over) >= KL_BLOWUP_MIN_SHARE * len(kl):
+        findings.append(Finding(
+            "kl_blowup", "KL(old||new) well above target_kl: updates leave the trust region",
+            {"target_kl": target, "median_kl_old_new": median, "max_kl_old_new": max(kl),
+             "share_over_limit": len(over) / len(kl)},
+            ("learning rate too high", "clip_eps too large", "too many epochs per batch"),
+            ("lower the learning rate", "lower clip_eps", "fewer epochs (early stop at 1.5 x target_kl helps)"),
+            (_change(config, "algo.lr", "lower", 0.5), _change(config, "algo.clip_eps", "lower", 0.5, low=0.05),
+             _change(config, "algo.epochs", "lower", 0.5)),
+        ))
+    return findings
+
+
+def _directives(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    evidence: dict[str, float] = {}
+    for key, limit in (("episode/repeat_rate", REPEAT_RATE_MAX), ("episode/invalid_rate", INVALID_RATE_MAX)):
+        _, values = metric_series(records, key)
+        if len(values) >= DIRECTIVE_MIN_ITERATIONS:
+            recent = statistics.fmean(values[-max(DIRECTIVE_MIN_ITERATIONS, len(values) // 4):])
+            if recent >= limit:
+                evidence[key.split("/")[1]] = recent
+                evidence[key.split("/")[1] + "_limit"] = limit
+    if not evidence:
+        return None
+    return Finding(
+        "bad_directives", "meaningless or repeated directives", evidence,
+        ("the reward does not punish invalid or repeated directives", "action space too loose",
+         "bad demonstrations"),
+        ("penalise invalid and repeated directives", "use templated directives", "prioritised replay of "
+         "successful trajectories in the behaviour-cloning warm-up"),
+        (_change(config, "rewards.invalid", "strengthen", 2.0),
+         _change(config, "rewards.repeat", "strengthen", 2.0),
+         ConfigChange("bc.success_weighted", "enable")),
+    )
+
+
+def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    _, speed = metric_series(records, "perf/decisions_per_s")
+    if not speed or statistics.median(speed) >= SLOW_DECISIONS_PER_S:
+        return None
+    evidence = {"median_decisions_per_s": statistics.median(speed), "limit": SLOW_DECISIONS_PER_S}
+    _, seconds = metric_series(records, "perf/iteration_s")
+    total = config_value(config, "train.iterations")
+    if seconds:
+        evidence["median_iteration_s"] = statistics.median(seconds)
+        if isinstance(total, int):
+            evidence["projected_hours"] = evidence["median_iteration_s"] * total / 3600
+    return Finding(
+        "slow_training", "training very slow", evidence,
+        ("environment or LLM inference bound", "long prompts (history, state text)"),
+        ("more parallel teams stepped as one batch", "batched scoring", "cap history and directive length",
+         "a smaller base model first"),
+        (_change(config, "rollout.teams", "raise", 2.0), ConfigChange("model.backbone", "smaller"),
+         ConfigChange("model.dtype", "bfloat16 on a GPU")),
+    )
+
+
+def diagnose(
+    source: str | Path | Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None
+) -> list[Finding]:
+    """Findings for a run directory (its ``metrics.jsonl`` and ``config.yaml``) or a list of metric records.
+
+    ``config`` (the resolved config tree) supplies ``algo.target_kl`` and the current values of the
+    keys to change; for a run directory it defaults to the run's ``config.yaml``.
+    """
+    if isinstance(source, (str, Path)):
+        require_run_dir(source)
+        records = read_metrics(source)
+        if config is None:
+            config = read_config(source)
+    else:
+        records = [dict(r) for r in source]
+    findings: list[Finding] = []
+    for detector in (_oscillation, _plateau):
+        found = detector(records, config)
+        if found is not None:
+            findings.append(found)
+    findings.extend(_kl_findings(records, config))
+    for detector in (_directives, _slow):
+        found = detector(records, config)
+        if found is not None:
+            findings.append(found)
+    return findings
+
+
+def format_findings(findings: Sequence[Finding], iterations: int | None = None) -> str:
+    """The CLI text: one numbered block per finding, ending with the ``--set`` flags to try."""
+    read = f" in {iterations} training iterations" if iterations is not None else ""
+    if not findings:
+        return f"doctor: no problems found{read}."
+    lines = [f"doctor: {len(findings)} finding{'s' if len(findings) > 1 else ''}{read}"]
+    for number, f in enumerate(findings, start=1):
+        evidence = ", ".join(f"{k}={v:.4g}" for k, v in f.evidence.items())
+        lines += [
+            f"{number}. {f.symptom}  [{f.code}]",
+            f"   evidence: {evidence}",
+            f"   likely causes: {'; '.join(f.causes)}",
+            f"   remedies: {'; '.join(f.remedies)}",
+            f"   config: {'; '.join(str(c) for c in f.changes)}",
+        ]
+        flags = " ".join(f"--set {c.key}={c.suggested:g}" for c in f.changes if c.suggested is not None)
+        if flags:
+            lines.append(f"   try: {flags}")
+    return "\n".join(lines)

@@ -1,0 +1,156 @@
+"""doctor: each symptom of the seed's table is flagged on a synthetic run that has it, and only then."""
+
+from __future__ import annotations
+
+import math
+import random
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from teamtr.telemetry.doctor import ConfigChange, count_drops, diagnose, format_findings
+from teamtr.telemetry.log import RunLogger
+
+CONFIG: dict[str, Any] = {
+    "algo": {"clip_eps": 0.2, "lr": 3e-5, "target_kl": 0.02, "ent_coef_start": 0.05, "ent_coef_end": 0.01,
+             "epochs": 4},
+    "rollout": {"episodes": 16, "teams": 8},
+    "train": {"iterations": 100},
+}
+
+
+def healthy(n: int = 40, seed: int = 0) -> list[dict[str, Any]]:
+    """A run that learns: success 0.1 -> 0.95 with sampling noise, KL near target, fast enough."""
+    rng = random.Random(seed)
+    records = []
+    for i in range(n):
+        success = min(0.95, 0.1 + 1.2 * i / n) + rng.gauss(0, 0.04)
+        records.append({
+            "kind": "train", "iteration": i, "episode/success": success,
+            "episode/return": 15 * success - 5 + rng.gauss(0, 0.3),
+            "policy/kl_old_new": 0.012 + rng.gauss(0, 0.003), "policy/entropy": 1.6 - 1.0 * i / n,
+            "optim/grad_norm": 0.8, "episode/repeat_rate": 0.1, "episode/invalid_rate": 0.03,
+            "perf/decisions_per_s": 14.0 + rng.gauss(0, 1),
+        })
+    return records
+
+
+def with_series(records: list[dict[str, Any]], key: str, values: list[float]) -> list[dict[str, Any]]:
+    return [{**r, key: v} for r, v in zip(records, values)]
+
+
+def codes(records: list[dict[str, Any]], config: dict[str, Any] | None = CONFIG) -> list[str]:
+    return [f.code for f in diagnose(records, config)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_healthy_run_gives_no_findings(seed: int) -> None:
+    assert diagnose(healthy(seed=seed), CONFIG) == []
+
+
+def test_oscillating_return_is_flagged_with_its_numbers_and_the_keys_to_lower() -> None:
+    rng = random.Random(1)
+    swings = [5 + 4 * math.sin(2 * math.pi * i / 10) + rng.gauss(0, 0.2) for i in range(40)]
+    findings = diagnose(with_series(healthy(), "episode/return", swings), CONFIG)
+    assert [f.code for f in findings] == ["oscillating_reward"]
+    finding = findings[0]
+    assert finding.evidence["drops"] == 4  # one crash per 10-iteration cycle
+    assert finding.evidence["range"] == pytest.approx(8 * 0.87, rel=0.1)  # 3-mean damps the sine by ~0.87
+    assert finding.config_keys == ("algo.clip_eps", "algo.lr", "rollout.episodes")
+    assert [(c.current, c.suggested) for c in finding.changes] == [(0.2, 0.1), (3e-5, 1.5e-5), (16, 32)]
+
+
+def test_a_smooth_rise_and_a_noisy_rise_are_not_oscillation() -> None:
+    smooth = [0.25 * i for i in range(40)]
+    rng = random.Random(2)
+    noisy = [0.25 * i + rng.gauss(0, 1.0) for i in range(40)]  # noise 10% of the range
+    assert "oscillating_reward" not in codes(with_series(healthy(), "episode/return", smooth))
+    assert "oscillating_reward" not in codes(with_series(healthy(), "episode/return", noisy))
+
+
+def test_early_rise_then_plateau_is_flagged_and_a_late_rise_is_not() -> None:
+    rng = random.Random(3)
+    plateau = [min(0.5, 0.05 * i) + rng.gauss(0, 0.02) for i in range(40)]  # flat at 0.5 from iteration 10
+    records = with_series(healthy(), "episode/success", plateau)
+    records = with_series(records, "episode/return", [10 * s for s in plateau])
+    findings = diagnose(records, CONFIG)
+    assert [f.code for f in findings] == ["early_plateau"]
+    evidence = findings[0].evidence
+    assert evidence["plateau_success"] == pytest.approx(0.5, abs=0.03)
+    assert evidence["rise_done_by_iteration"] <= 10
+    assert abs(evidence["second_half_gain"]) < 0.1
+    assert evidence["entropy_first"] == pytest.approx(1.6)
+    assert str(findings[0].changes[1]) == "algo.ent_coef_end: raise 0.01 -> 0.02"
+    still_rising = [0.015 * i for i in range(40)]  # 0 -> 0.6, not done
+    assert "early_plateau" not in codes(with_series(healthy(), "episode/success", still_rising))
+
+
+def test_kl_near_zero_is_flagged_and_dead_gradients_are_named() -> None:
+    records = with_series(healthy(), "policy/kl_old_new", [2e-5] * 40)
+    findings = diagnose(records, CONFIG)
+    assert [f.code for f in findings] == ["kl_near_zero"]
+    assert findings[0].evidence["median_kl_old_new"] == pytest.approx(2e-5)
+    assert findings[0].changes[0] == ConfigChange("algo.clip_eps", "raise", 0.2, 0.3)
+    dead = with_series(records, "optim/grad_norm", [0.0] * 40)
+    assert diagnose(dead, CONFIG)[0].causes[0].startswith("no gradient reaches the adapter")
+
+
+def test_kl_blowup_uses_the_configs_target() -> None:
+    kl = [0.1 if i % 10 < 3 else 0.015 for i in range(40)]  # 5x target in 30% of iterations
+    records = with_series(healthy(), "policy/kl_old_new", kl)
+    findings = diagnose(records, CONFIG)
+    assert [f.code for f in findings] == ["kl_blowup"]
+    assert findings[0].evidence["share_over_limit"] == pytest.approx(0.3)
+    assert findings[0].evidence["max_kl_old_new"] == pytest.approx(0.1)
+    assert findings[0].changes[2] == ConfigChange("algo.epochs", "lower", 4, 2)
+    loose = {**CONFIG, "algo": {**CONFIG["algo"], "target_kl": 0.1}}
+    assert codes(records, loose) == []
+
+
+def test_repeated_or_invalid_directives_are_judged_on_recent_iterations() -> None:
+    repeats = [0.1] * 30 + [0.7] * 10
+    findings = diagnose(with_series(healthy(), "episode/repeat_rate", repeats), CONFIG)
+    assert [f.code for f in findings] == ["bad_directives"]
+    assert findings[0].evidence == {"repeat_rate": pytest.approx(0.7), "repeat_rate_limit": 0.5}
+    cured = [0.7] * 30 + [0.1] * 10
+    assert codes(with_series(healthy(), "episode/repeat_rate", cured)) == []
+    invalid = with_series(healthy(), "episode/invalid_rate", [0.25] * 40)
+    assert diagnose(invalid, CONFIG)[0].evidence["invalid_rate"] == pytest.approx(0.25)
+
+
+def test_slow_training_projects_the_run_time() -> None:
+    records = with_series(healthy(), "perf/decisions_per_s", [0.5] * 40)
+    records = with_series(records, "perf/iteration_s", [360.0] * 40)
+    findings = diagnose(records, CONFIG)
+    assert [f.code for f in findings] == ["slow_training"]
+    assert findings[0].evidence["projected_hours"] == pytest.approx(10.0)  # 100 iterations x 6 min
+
+
+def test_run_directory_reads_metrics_and_config_and_formats_flags(tmp_path: Path) -> None:
+    (tmp_path / "config.yaml").write_text("algo:\n  clip_eps: 0.3\n  lr: 0.0001\n  target_kl: 0.02\n")
+    rng = random.Random(4)
+    with RunLogger(tmp_path, tensorboard=False) as logger:
+        for record in healthy():
+            i = record["iteration"]
+            record["episode/return"] = 5 + 4 * math.sin(2 * math.pi * i / 10) + rng.gauss(0, 0.2)
+            logger.log("train", i, {k: v for k, v in record.items() if k not in ("kind", "iteration")})
+    findings = diagnose(tmp_path)
+    text = format_findings(findings, iterations=40)
+    assert text.splitlines()[0] == "doctor: 1 finding in 40 training iterations"
+    assert "algo.clip_eps: lower 0.3 -> 0.15" in text
+    assert text.splitlines()[-1] == "   try: --set algo.clip_eps=0.15 --set algo.lr=5e-05"
+
+
+def test_no_findings_and_missing_values_read_plainly() -> None:
+    assert format_findings([], iterations=12) == "doctor: no problems found in 12 training iterations."
+    assert str(ConfigChange("algo.lr", "lower")) == "algo.lr: lower"
+    assert diagnose([], None) == []  # nothing logged yet: nothing to say
+    with pytest.raises(FileNotFoundError, match="missing-run"):
+        diagnose(Path("missing-run"))
+
+
+def test_count_drops_counts_each_crash_once() -> None:
+    assert count_drops([0, 5, 0, 5, 0], swing=3) == [2, 4]
+    assert count_drops([5, 4, 3, 2, 1, 0], swing=2) == [2]  # one slow decline, one drop
+    assert count_drops([0, 1, 2, 1, 2, 1], swing=2) == []
