@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import math
+import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -25,7 +27,8 @@ def test_lines_have_kind_iteration_time_and_metrics(tmp_path: Path) -> None:
     _write_run(tmp_path, 5)
     records = read_metrics(tmp_path)
     assert [(r["kind"], r["iteration"]) for r in records] == [
-        ("train", 0), ("eval", 0), ("train", 1), ("train", 2), ("eval", 2), ("train", 3), ("train", 4), ("eval", 4),
+        ("train", 0), ("eval", 0), ("train", 1), ("train", 2), ("eval", 2),
+        ("train", 3), ("train", 4), ("eval", 4),
     ]
     assert records[-2]["episode/return"] == 4.0
     assert records[-1]["suite"] == "heldout" and records[-1]["eval/success"] == pytest.approx(0.4)
@@ -61,6 +64,27 @@ def test_resume_drops_exactly_the_lines_after_the_checkpoint(tmp_path: Path) -> 
     assert train_iterations == list(range(10))  # no duplicate, none missing
 
 
+def test_a_run_killed_with_sigkill_keeps_every_line_it_logged(tmp_path: Path) -> None:
+    child = (
+        "import sys\n"
+        "from teamtr.telemetry.log import RunLogger\n"
+        f"logger = RunLogger({str(tmp_path)!r}, tensorboard=False)\n"
+        "i = 0\n"
+        "while True:\n"
+        "    logger.log('train', i, {'episode/return': float(i), 'pad': 'x' * 500})\n"
+        "    print(i, flush=True)\n"
+        "    i += 1\n"
+    )
+    proc = subprocess.Popen([sys.executable, "-c", child], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    announced = [int(proc.stdout.readline()) for _ in range(50)]
+    proc.send_signal(signal.SIGKILL)  # no close(), no atexit: only what log() made durable survives
+    proc.wait()
+    iterations = [r["iteration"] for r in read_metrics(tmp_path)]
+    assert iterations[: len(announced)] == announced  # every announced line is there, in order
+    assert iterations == list(range(len(iterations)))  # and nothing is torn or doubled
+
+
 def test_truncate_counts_dropped_lines_and_leaves_no_temp_file(tmp_path: Path) -> None:
     _write_run(tmp_path, 6)
     assert truncate_metrics(tmp_path, 3) == 3  # train 4, train 5 and eval 4
@@ -79,7 +103,8 @@ def test_torn_tail_is_cut_before_appending_without_resume(tmp_path: Path) -> Non
 
 
 def test_a_damaged_middle_line_names_file_and_line(tmp_path: Path) -> None:
-    (tmp_path / "metrics.jsonl").write_text('{"kind": "train", "iteration": 0}\nnot json\n{"kind": "train", "iteration": 1}\n')
+    good = '{"kind": "train", "iteration": 0}\n'
+    (tmp_path / "metrics.jsonl").write_text(good + "not json\n" + good)
     with pytest.raises(ValueError, match=r"metrics.jsonl:2 is not valid JSON"):
         read_metrics(tmp_path)
 
@@ -92,7 +117,9 @@ def test_a_damaged_middle_line_names_file_and_line(tmp_path: Path) -> None:
         ("train", 0, {"iteration": 3}, "metric key 'iteration' is reserved"),
     ],
 )
-def test_bad_calls_name_the_bad_value(tmp_path: Path, kind: str, iteration: int, metrics: dict, message: str) -> None:
+def test_bad_calls_name_the_bad_value(
+    tmp_path: Path, kind: str, iteration: int, metrics: dict[str, int], message: str
+) -> None:
     with RunLogger(tmp_path, tensorboard=False) as logger, pytest.raises(ValueError, match=message):
         logger.log(kind, iteration, metrics)
 
@@ -117,7 +144,9 @@ def test_missing_wandb_names_the_install_command(tmp_path: Path, monkeypatch: py
         RunLogger(tmp_path, tensorboard=False, wandb=True)
 
 
-def test_wandb_offline_writes_a_run_dir_and_resume_reuses_the_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_wandb_offline_writes_a_run_dir_and_resume_reuses_the_id(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     pytest.importorskip("wandb")
     monkeypatch.setenv("WANDB_MODE", "offline")
     monkeypatch.setenv("WANDB_SILENT", "true")

@@ -63,7 +63,9 @@ def test_eval_table_shows_the_latest_line_of_each_suite(tmp_path: Path) -> None:
     _full_run(tmp_path)
     page = write_report(tmp_path).read_text()
     rows = latest_evals([json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()])
-    assert [(r["suite"], r["iteration"], r["eval/success"]) for r in rows] == [("agents=4", 19, 0.625), ("heldout", 19, 0.95)]
+    assert [(r["suite"], r["iteration"], r["eval/success"]) for r in rows] == [
+        ("agents=4", 19, 0.625), ("heldout", 19, 0.95),
+    ]
     assert "<tr><td>heldout</td><td>19</td><td>0.950</td><td>1.000</td><td>&mdash;</td>" in page
     assert "<tr><td>agents=4</td><td>19</td><td>0.625</td><td>&mdash;</td><td>17.000</td>" in page
 
@@ -93,8 +95,11 @@ def test_partial_metrics_give_only_the_curves_they_can(tmp_path: Path) -> None:
 
 
 def test_panels_get_one_axis_per_present_metric() -> None:
-    records = [{"kind": "train", "iteration": i, "episode/conflicts": 1.0, "episode/idle_rate": 0.2} for i in range(3)]
-    spec = PlotSpec("c.png", "c", ("episode/comm_effectiveness", "episode/conflicts", "episode/idle_rate"), panels=True)
+    records = [
+        {"kind": "train", "iteration": i, "episode/conflicts": 1.0, "episode/idle_rate": 0.2} for i in range(3)
+    ]
+    keys = ("episode/comm_effectiveness", "episode/conflicts", "episode/idle_rate")
+    spec = PlotSpec("c.png", "c", keys, panels=True)
     figure = draw(spec, records, None)
     assert figure is not None and len(figure.axes) == 2
     assert draw(PlotSpec("x.png", "x", ("policy/entropy",)), records, None) is None
