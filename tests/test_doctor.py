@@ -56,7 +56,7 @@ def test_oscillating_return_is_flagged_with_its_numbers_and_the_keys_to_lower() 
     assert [f.code for f in findings] == ["oscillating_reward"]
     finding = findings[0]
     assert finding.evidence["drops"] == 4  # one crash per 10-iteration cycle
-    assert finding.evidence["range"] == pytest.approx(8 * 0.87, rel=0.1)  # 3-mean damps the sine by ~0.87
+    assert finding.evidence["return_range"] == pytest.approx(8 * 0.87, rel=0.1)  # 3-mean damps the sine by ~0.87
     assert finding.config_keys == ("algo.clip_eps", "algo.lr", "rollout.episodes")
     assert [(c.current, c.suggested) for c in finding.changes] == [(0.2, 0.1), (3e-5, 1.5e-5), (16, 32)]
 
@@ -154,3 +154,11 @@ def test_count_drops_counts_each_crash_once() -> None:
     assert count_drops([0, 5, 0, 5, 0], swing=3) == [2, 4]
     assert count_drops([5, 4, 3, 2, 1, 0], swing=2) == [2]  # one slow decline, one drop
     assert count_drops([0, 1, 2, 1, 2, 1], swing=2) == []
+
+
+def test_oscillation_falls_back_to_success_when_no_return_is_logged() -> None:
+    swings = [0.5 + 0.4 * math.sin(2 * math.pi * i / 10) for i in range(30)]
+    records = [{"kind": "train", "iteration": i, "episode/success": s} for i, s in enumerate(swings)]
+    findings = diagnose(records, None)
+    assert [f.code for f in findings] == ["oscillating_reward"]
+    assert findings[0].evidence["drops"] == 3 and "success_range" in findings[0].evidence

@@ -171,10 +171,11 @@ def _oscillation(records: list[dict[str, Any]], config: Mapping[str, Any] | None
     drops = count_drops(smooth, swing)
     if len(drops) < OSC_MIN_DROPS or drops[-1] < len(ys) // 2:
         return None
+    name = key.split("/")[1]  # evidence says which series it read: return, or success when return is missing
     return Finding(
         "oscillating_reward", "reward oscillates, no convergence",
-        {"drops": len(drops), "swing": swing, "range": spread, "noise": noise,
-         "last_drop_iteration": iterations[drops[-1]], "metric_is_return": float(key == "episode/return")},
+        {"drops": len(drops), f"{name}_swing": swing, f"{name}_range": spread, f"{name}_noise": noise,
+         "last_drop_iteration": iterations[drops[-1]]},
         ("clip_eps too large", "learning rate too high", "advantage estimate poor (no GAE, bad lambda)",
          "batch too small"),
         ("lower clip_eps first (0.2 -> 0.1)", "lower the learning rate", "keep GAE on (lambda 0.95)",
