@@ -1,0 +1,111 @@
+"""Prefix-shared, trie-packed scoring equals the naive prompt x candidate computation."""
+
+import random
+
+import pytest
+import torch
+
+from teamtr.core import TeamTRError
+from teamtr.policy.backbone import load_backbone
+from teamtr.policy.prompts import ChatFormat
+from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack, score_naive
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return load_backbone("tiny-random", device="cpu")
+
+
+def random_decisions(rng: random.Random, batch: int, vocab: int = 49000) -> tuple[list[int], list[EncodedDecision]]:
+    prefix = [rng.randrange(vocab) for _ in range(rng.randint(1, 25))]
+    decs = []
+    for _ in range(batch):
+        dyn = tuple(rng.randrange(vocab) for _ in range(rng.randint(1, 30)))
+        stems = [[rng.randrange(vocab) for _ in range(5)] for _ in range(3)]
+        cands = []
+        for _ in range(rng.randint(1, 20)):
+            stem = rng.choice(stems)[: rng.randint(0, 5)]  # shared starts exercise the trie
+            cands.append(tuple(stem + [rng.randrange(vocab) for _ in range(rng.randint(1, 6))]))
+        decs.append(EncodedDecision(dyn, cands, [rng.randint(1, 4) for _ in cands]))
+    return prefix, decs
+
+
+@pytest.mark.parametrize("batch", [1, 3, 16])
+def test_packed_scores_equal_naive(tiny, batch):
+    rng = random.Random(batch)
+    scorer = CandidateScorer(tiny.model)
+    for _ in range(2):
+        prefix, decs = random_decisions(rng, batch)
+        with torch.no_grad():
+            out = scorer.forward(pack(prefix, decs, scorer.max_positions))
+            ref = score_naive(tiny.model, prefix, decs)
+        for b, row in enumerate(ref):
+            got = out.sums[b, : len(row)]
+            assert torch.allclose(got, torch.tensor(row), atol=1e-4, rtol=0), (got, row)
+            assert not out.mask[b, len(row):].any()
+            assert out.n_tokens[b, : len(row)].tolist() == [len(c) for c in decs[b].candidates]
+
+
+def test_trie_shares_tokens_and_memo_matches_fresh(tiny):
+    rng = random.Random(7)
+    prefix, decs = random_decisions(rng, 4)
+    packed = pack(prefix, decs, 2048)
+    naive_tokens = sum(len(d.dynamic) + len(c) - 1 for d in decs for c in d.candidates)
+    assert packed.tokens < naive_tokens
+    scorer = CandidateScorer(tiny.model)
+    with torch.no_grad():
+        first = scorer.forward(packed).sums
+        second = scorer.forward(packed).sums  # served from the memoised prefix
+    assert torch.equal(first, second)
+
+
+def test_normalizations(tiny):
+    rng = random.Random(3)
+    prefix, decs = random_decisions(rng, 2)
+    scorer = CandidateScorer(tiny.model)
+    with torch.no_grad():
+        out = scorer.forward(pack(prefix, decs, 2048))
+    m = out.mask
+    assert torch.allclose(out.normalized("token")[m], out.sums[m] / out.n_tokens[m])
+    assert torch.allclose(out.normalized("word")[m], out.sums[m] / out.n_words[m])
+    with pytest.raises(TeamTRError, match="normalization"):
+        out.normalized("bogus")
+
+
+def test_chat_boundary_tokenisation_matches_full_string(tiny):
+    """Static, dynamic and candidate parts tokenised separately equal the full chat string's tokens,
+    and the packed score equals the model's log-prob of the candidate after the full chat text."""
+    tok = tiny.tokenizer
+    chat = ChatFormat.from_tokenizer(tok)
+    assert chat.head.startswith("<|im_start|>system") and chat.end.startswith("<|im_end|>")
+    task = "Escape room: bring every item to the door, then open it."
+    user = "map: in vault (only agent_B may enter).\nNext directive?"
+    cand = "agent_B: fetch the map"
+    parts = [chat.head + task + chat.user_head, user + chat.assistant_head, cand]
+    ids = [tok(p, add_special_tokens=False).input_ids for p in parts]
+    end = tok(chat.end, add_special_tokens=False).input_ids[:1]
+    full = tok("".join(parts) + chat.end, add_special_tokens=False).input_ids
+    assert ids[0] + ids[1] + ids[2] + end == full[: len(full) - len(tok(chat.end, add_special_tokens=False).input_ids) + 1]
+    scorer = CandidateScorer(tiny.model)
+    dec = EncodedDecision(tuple(ids[1]), [tuple(ids[2] + end)], [4])
+    with torch.no_grad():
+        got = scorer.forward(pack(ids[0], [dec], 2048)).sums[0, 0]
+        seq = torch.tensor([ids[0] + ids[1] + ids[2] + end])
+        logp = torch.log_softmax(tiny.model(seq).logits.float(), -1)[0]
+        start = len(ids[0]) + len(ids[1])
+        ref = sum(logp[start - 1 + i, t] for i, t in enumerate(ids[2] + end))
+    assert abs(float(got) - float(ref)) < 1e-4
+
+
+def test_bad_input_errors(tiny):
+    with pytest.raises(TeamTRError, match="empty candidate list"):
+        pack([1, 2], [EncodedDecision((3,), [], [])], 2048)
+    with pytest.raises(TeamTRError, match="exceed the model's context"):
+        pack([1] * 10, [EncodedDecision((3,) * 10, [(5,) * 30], [1])], 40)
+
+
+def test_unknown_backbone_names_the_options():
+    with pytest.raises(TeamTRError, match="built-in name"):
+        load_backbone("no-such-org/no-such-model-xyz", device="cpu")
+    with pytest.raises(TeamTRError, match="no such directory"):
+        load_backbone("./definitely/not/here", device="cpu")
