@@ -185,3 +185,24 @@ def test_progress_draws_a_rich_bar_on_a_terminal() -> None:
         progress.update(5, {"episode/success": 1.0, "episode/return": 3.0})
     out = stream.getvalue()
     assert "5/5" in out and "success 1.00" in out and "\x1b[" in out  # ANSI: drawn, not plain
+
+
+def test_keep_kinds_survive_a_resume_in_jsonl_and_tensorboard(tmp_path: Path) -> None:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    with RunLogger(tmp_path, keep_kinds=("bc",)) as logger:
+        for step in range(6):  # the warm-up numbers its own steps 0..5
+            logger.log("bc", step, {"bc/loss": 1.0 / (step + 1)})
+        for it in range(4):
+            logger.log("train", it, {"episode/return": float(it)})
+    with RunLogger(tmp_path, keep_kinds=("bc",), resume_iteration=1) as logger:
+        logger.log("train", 2, {"episode/return": 20.0})
+    records = read_metrics(tmp_path)
+    assert [r["iteration"] for r in records if r["kind"] == "bc"] == [0, 1, 2, 3, 4, 5]
+    assert [r["iteration"] for r in records if r["kind"] == "train"] == [0, 1, 2]
+    bc_events = EventAccumulator(str(tmp_path / "tb" / "bc"))
+    bc_events.Reload()
+    assert [e.step for e in bc_events.Scalars("bc/loss")] == [0, 1, 2, 3, 4, 5]
+    train_events = EventAccumulator(str(tmp_path / "tb"))
+    train_events.Reload()  # the purge hides the interrupted iterations' events, as the JSONL drops them
+    assert [(e.step, e.value) for e in train_events.Scalars("episode/return")] == [(0, 0.0), (1, 1.0), (2, 20.0)]

@@ -119,8 +119,11 @@ def metric_series(
     return iterations, [by_iteration[i] for i in iterations]
 
 
-def truncate_metrics(run_dir: str | Path, iteration: int) -> int:
+def truncate_metrics(run_dir: str | Path, iteration: int, keep_kinds: tuple[str, ...] = ()) -> int:
     """Drop every line with ``iteration > iteration`` (and a torn last line); return how many were dropped.
+
+    Lines whose kind is in ``keep_kinds`` are kept whatever their iteration (e.g. ``("bc",)`` when the
+    warm-up numbers its own steps and is never redone by a resume).
 
     The file is rewritten atomically (temporary file in the same directory, fsync, ``os.replace``):
     a kill during the rewrite leaves either the old or the new file, never a mix.
@@ -129,7 +132,7 @@ def truncate_metrics(run_dir: str | Path, iteration: int) -> int:
     if not path.exists():
         return 0
     records = _parse_lines(path)
-    kept = [r for r in records if int(r["iteration"]) <= iteration]
+    kept = [r for r in records if int(r["iteration"]) <= iteration or r["kind"] in keep_kinds]
     fd, tmp = tempfile.mkstemp(prefix=".metrics-", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
@@ -177,6 +180,8 @@ class RunLogger:
         config: the resolved config, stored with the W&B run.
         resume_iteration: resuming from the checkpoint of this iteration: lines with a larger
             iteration are dropped from ``metrics.jsonl`` and TensorBoard events after it are purged.
+        keep_kinds: kinds a resume never drops, numbered on their own axis (``("bc",)``); their
+            TensorBoard events go to ``tb/<kind>``, out of reach of the purge.
     """
 
     def __init__(
@@ -187,6 +192,7 @@ class RunLogger:
         wandb_project: str = "teamtr",
         config: Mapping[str, Any] | None = None,
         resume_iteration: int | None = None,
+        keep_kinds: tuple[str, ...] = (),
     ) -> None:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -194,17 +200,19 @@ class RunLogger:
         if resume_iteration is not None:
             if isinstance(resume_iteration, bool) or not isinstance(resume_iteration, int) or resume_iteration < 0:
                 raise ValueError(f"resume_iteration={resume_iteration!r}: expected an iteration number >= 0.")
-            truncate_metrics(self.run_dir, resume_iteration)
+            truncate_metrics(self.run_dir, resume_iteration, keep_kinds)
         else:
             self._drop_torn_tail()
         self._file: TextIO | None = open(self.path, "a", encoding="utf-8")
-        self._tb: Any = None
+        self._tb: dict[str, Any] = {}  # kind ("" for the shared writer) -> SummaryWriter
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter
 
             # purge_step makes TensorBoard hide events the interrupted iterations had written.
             purge = None if resume_iteration is None else resume_iteration + 1
-            self._tb = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+            self._tb[""] = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR), purge_step=purge)
+            for kind in keep_kinds:
+                self._tb[kind] = SummaryWriter(log_dir=str(self.run_dir / TENSORBOARD_DIR / kind))
         self._wandb: Any = None
         if wandb:
             self._wandb = self._start_wandb(wandb_project, config)
@@ -276,10 +284,11 @@ class RunLogger:
             # One curve per suite: eval/success -> eval/heldout/success.
             suite = str(metrics["suite"])
             scalars = {k.replace("eval/", f"eval/{suite}/", 1): v for k, v in scalars.items()}
-        if self._tb is not None:
+        writer = self._tb.get(kind, self._tb.get(""))
+        if writer is not None:
             for key, value in scalars.items():
-                self._tb.add_scalar(key, value, global_step=iteration)
-            self._tb.flush()
+                writer.add_scalar(key, value, global_step=iteration)
+            writer.flush()
         if self._wandb is not None:
             self._wandb.log({**scalars, "iteration": iteration})
         return record
@@ -289,9 +298,9 @@ class RunLogger:
         if self._file is not None:
             self._file.close()
             self._file = None
-        if self._tb is not None:
-            self._tb.close()
-            self._tb = None
+        for writer in self._tb.values():
+            writer.close()
+        self._tb = {}
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
