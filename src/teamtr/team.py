@@ -12,6 +12,7 @@ the no-op goes to nobody and keeps every directive in force.
 
 from __future__ import annotations
 
+import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -138,12 +139,16 @@ class Team:
         if self.finished or self.state is None:
             raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
         candidates = self.state.candidates
-        if isinstance(choice, bool) or not isinstance(choice, int) or not 0 <= choice < len(candidates):
+        try:  # numpy and torch integer scalars are fine; floats and bools are not
+            index = -1 if isinstance(choice, bool) else operator.index(choice)
+        except TypeError:
+            index = -1
+        if not 0 <= index < len(candidates):
             raise TeamTRError(
                 f"choice {choice!r} is outside the candidates: pick an index in "
                 f"0..{len(candidates) - 1} ({len(candidates)} candidates)."
             )
-        directive = candidates[choice]
+        directive = candidates[index]
         events: list[Event] = []
         if directive.kind == "goal":
             events.append(Event("directive_followed", None, directive.task))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from teamtr.core import Directive, Event, Outcome
+from teamtr.core import NOOP, AgentView, Directive, Event, Outcome
 from teamtr.envs.registry import check_choice, check_float, check_int
 
 DEPTH = 2  # moves from the hall to the back of a room: fetching one item takes 2 * DEPTH + 2 ticks
@@ -122,9 +122,7 @@ class EscapeRoomWorld:
             lines.append(f"{agent}: in {pos}, {work}.")
         return " ".join(lines)
 
-    def view(self, agent: str):  # -> AgentView (imported lazily to keep the header short)
-        from teamtr.core import AgentView
-
+    def view(self, agent: str) -> AgentView:
         pos = self._pos[agent]
         here = [item for item, where in self._where.items() if where == pos]
         held = self._holding[agent]
@@ -133,7 +131,7 @@ class EscapeRoomWorld:
             actions += [f"move {z}" for z in self.zones if self._access[z] == agent]
         elif pos[1] < DEPTH:
             actions.append(f"move {pos[0]}")
-        actions += [f"pick {item}" for item in here if held is None]
+        actions += [f"pick {item}" for item in here if held is None and pos != HALL]
         actions += [f"drop {held}"] if held else []
         text = f"{agent} in {pos[0]}, holding {held or 'nothing'}; here: {', '.join(here) or 'nothing'}."
         return AgentView(agent, text, tuple(actions))
@@ -227,7 +225,7 @@ class EscapeRoomWorld:
             where = self._where[obj]
             if isinstance(where, str):
                 return [Event("conflict", agent, f"{agent} and {where} both want the {obj}")]
-            if where != pos:
+            if where != pos or where == HALL:  # what lies at the door stays there
                 return self._idle(agent, action)
             self._where[obj], self._holding[agent] = agent, obj
         elif verb == "drop" and held is not None and obj == held:
@@ -261,8 +259,6 @@ class EscapeRoomWorld:
         """Deterministic in the state text: the first item nobody brings goes to the agent who can
         reach it, if that agent is not busy bringing another; once all items are at the door, the
         first agent in the hall (else the first agent) opens it; otherwise no new directive."""
-        from teamtr.core import NOOP
-
         def busy(agent: str) -> bool:
             doing = self._intent[agent]
             return doing is not None and not self.done(agent, doing)

@@ -1,0 +1,40 @@
+"""Evaluate a coordinator policy on a world over many seeds, stepping all episodes as one batch."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from teamtr.envs import make
+from teamtr.eval.baselines import Policy
+from teamtr.rewards.terms import RewardComposer
+from teamtr.team import Team, TeamBatch
+from teamtr.telemetry.metrics import EpisodeMetrics, EpisodeTracker, summarize
+
+
+def run_episodes(
+    env_name: str,
+    options: Mapping[str, Any] | None,
+    policy: Policy,
+    seeds: Sequence[int],
+    rewards: RewardComposer | None = None,
+) -> list[EpisodeMetrics]:
+    """One episode per seed of world ``env_name`` (built with ``options``), ``policy`` coordinating.
+
+    All episodes step together in a ``TeamBatch``: each round, ``policy.choose`` gets the states of
+    every live episode at once. Returns the metrics per seed, in ``seeds`` order.
+    """
+    teams = [Team(make(env_name, **dict(options or {})), rewards=rewards) for _ in seeds]
+    batch = TeamBatch(teams)
+    batch.reset(list(seeds))
+    trackers = [EpisodeTracker(len(team.world.agents)) for team in teams]
+    while live := batch.live():
+        choices = policy.choose(batch.states())
+        if len(choices) != len(live):
+            raise ValueError(f"policy returned {len(choices)} choices for {len(live)} states")
+        for index, (_, reward, _, info) in zip(live, batch.step(choices)):
+            trackers[index].update(info["directive"], info["events"], reward, info["ticks"])
+    return [tracker.finish() for tracker in trackers]
+
+
+__all__ = ["run_episodes", "summarize"]

@@ -1,0 +1,119 @@
+"""Per-episode collaboration metrics, computed from events (the seed's section 5.3).
+
+Names (used as-is in logs and tables): ``success``, ``return``, ``length``, ``conflicts``,
+``idle_rate``, ``comm_effectiveness``, ``invalid_rate``, ``repeat_rate``, ``milestones``.
+
+- ``success``: 1.0 if the episode ended in success, else 0.0.
+- ``return``: the sum of the decision rewards (undiscounted).
+- ``length``: coordinator decisions in the episode.
+- ``conflicts`` / ``milestones``: counts of those events.
+- ``idle_rate``: idle events per agent-tick.
+- ``comm_effectiveness``: share of directive deliveries the agents carried out (``directive_followed``
+  over followed + ignored + invalid; a pairing reaches two agents and counts twice; 0 when the
+  coordinator gave no directive at all).
+- ``invalid_rate``: ``directive_invalid`` over the same deliveries.
+- ``repeat_rate``: share of non-no-op decisions that repeat the previous non-no-op directive verbatim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from teamtr.core import Directive, Event
+
+METRICS: tuple[str, ...] = (
+    "success",
+    "return",
+    "length",
+    "conflicts",
+    "idle_rate",
+    "comm_effectiveness",
+    "invalid_rate",
+    "repeat_rate",
+    "milestones",
+)
+
+
+@dataclass(frozen=True)
+class EpisodeMetrics:
+    """The metrics of one finished episode (``episode_return`` is logged as ``return``)."""
+
+    success: float
+    episode_return: float
+    length: int
+    conflicts: int
+    idle_rate: float
+    comm_effectiveness: float
+    invalid_rate: float
+    repeat_rate: float
+    milestones: int
+
+    def as_dict(self) -> dict[str, float]:
+        """Metric name -> value, with the names of ``METRICS``."""
+        values = {name: getattr(self, name) for name in METRICS if name != "return"}
+        values["return"] = self.episode_return
+        return {name: float(values[name]) for name in METRICS}
+
+
+class EpisodeTracker:
+    """Accumulates one episode's decisions; ``finish()`` gives its ``EpisodeMetrics``.
+
+    Args:
+        n_agents: role agents in the world (the idle rate is per agent-tick).
+    """
+
+    def __init__(self, n_agents: int) -> None:
+        self.n_agents = n_agents
+        self.counts = dict.fromkeys(
+            ("followed", "ignored", "invalid", "idle", "conflict", "milestone"), 0
+        )
+        self.ret = 0.0
+        self.decisions = 0
+        self.ticks = 0
+        self.issued = 0
+        self.repeats = 0
+        self.outcome: str | None = None
+        self._last: Directive | None = None
+
+    def update(self, directive: Directive, events: Iterable[Event], reward: float, ticks: int = 1) -> None:
+        """Record one decision: the chosen directive, its events, its reward and world ticks."""
+        self.decisions += 1
+        self.ticks += ticks
+        self.ret += reward
+        if directive.kind != "noop":
+            self.issued += 1
+            if self._last is not None and self._last.text == directive.text:
+                self.repeats += 1
+            self._last = directive
+        for event in events:
+            key = event.kind.removeprefix("directive_")
+            if key in self.counts:
+                self.counts[key] += 1
+            elif event.kind in ("success", "failure"):
+                self.outcome = event.kind
+
+    def finish(self) -> EpisodeMetrics:
+        """The metrics of the episode so far (call once it has ended)."""
+        deliveries = self.counts["followed"] + self.counts["ignored"] + self.counts["invalid"]
+        return EpisodeMetrics(
+            success=1.0 if self.outcome == "success" else 0.0,
+            episode_return=self.ret,
+            length=self.decisions,
+            conflicts=self.counts["conflict"],
+            idle_rate=self.counts["idle"] / max(1, self.ticks * self.n_agents),
+            comm_effectiveness=self.counts["followed"] / deliveries if deliveries else 0.0,
+            invalid_rate=self.counts["invalid"] / deliveries if deliveries else 0.0,
+            repeat_rate=self.repeats / self.issued if self.issued else 0.0,
+            milestones=self.counts["milestone"],
+        )
+
+
+def summarize(episodes: Sequence[EpisodeMetrics]) -> dict[str, float]:
+    """Mean of every metric over ``episodes`` (plus ``episodes``: how many)."""
+    if not episodes:
+        return {"episodes": 0.0}
+    rows = [episode.as_dict() for episode in episodes]
+    out = {name: sum(row[name] for row in rows) / len(rows) for name in METRICS}
+    out["episodes"] = float(len(rows))
+    return out

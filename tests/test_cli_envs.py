@@ -1,0 +1,96 @@
+"""The registry, the gymnasium ids and the ``teamtr envs | eval | play`` commands."""
+
+import io
+import json
+
+import gymnasium as gym
+import pytest
+
+import teamtr.envs.gym  # noqa: F401  (registers the gymnasium ids)
+from teamtr.cli import main, parse_sets
+from teamtr.core import TeamTRError
+from teamtr.envs import info, make, names, register
+from teamtr.envs.registry import _REGISTRY, WorldSpec
+from teamtr.team import Team
+
+
+@pytest.fixture
+def missing_extra():
+    """A world whose extra is not installed (registered for the test only)."""
+    register(WorldSpec("ghost", "teamtr_ghost_world:Ghost", "a world needing a missing package",
+                       extra="ghost", requires="teamtr_ghost_world"))
+    yield "ghost"
+    del _REGISTRY["ghost"]
+
+
+def test_registry_lists_builtin_and_extra_worlds():
+    assert names()[:4] == ["escape-room", "software-team", "overcooked", "spread"]
+
+
+def test_unknown_world_lists_the_known_ones():
+    with pytest.raises(TeamTRError, match="Unknown world 'kitchen'; known worlds: escape-room, software-team, overcooked, spread"):
+        make("kitchen")
+
+
+def test_unknown_option_lists_the_allowed_ones():
+    with pytest.raises(TeamTRError, match="no option 'players'; allowed options: engineers, names, bug_rate, deadline, compliance"):
+        make("software-team", players=3)
+
+
+def test_missing_extra_names_the_pip_install(missing_extra, capsys):
+    assert info(missing_extra).endswith("[extra ghost: needs pip install 'teamtr[ghost]']")
+    with pytest.raises(TeamTRError, match=r"run pip install 'teamtr\[ghost\]'"):
+        make(missing_extra)
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("escape-room    agents bring items out of rooms")
+    assert any(line.startswith("ghost") and "needs pip install 'teamtr[ghost]'" in line for line in out)
+
+
+def test_eval_prints_a_table_and_json(capsys):
+    assert main(["eval", "--policy", "oracle", "noop", "--episodes", "20", "--set", "env.agents=4", "--json"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "escape-room (agents=4), 20 episodes from seed 0"
+    assert out[1].split()[:3] == ["policy", "success", "return"]
+    rows = json.loads(out[-1])
+    assert rows["oracle"]["success"] == 1.0 and rows["noop"]["success"] == 0.0
+    assert rows["oracle"]["length"] == 9.0
+
+
+def test_eval_errors_are_one_line_for_people(capsys):
+    assert main(["eval", "--env", "nope"]) == 2
+    assert "Unknown world 'nope'" in capsys.readouterr().err
+    assert main(["eval", "--set", "env.agents=0"]) == 2
+    assert "agents=0 is out of range; allowed: 2..6" in capsys.readouterr().err
+    with pytest.raises(TeamTRError, match="use --set env.OPTION=VALUE"):
+        parse_sets(["agents=4"])
+    assert parse_sets(["env.agents=4", "env.compliance=0.5", "env.names=heldout"]) == {
+        "agents": 4, "compliance": 0.5, "names": "heldout"}
+
+
+def test_play_lets_a_person_coordinate(monkeypatch, capsys):
+    team = Team(make("escape-room"))  # the oracle's choices for seed 1, typed by the "person"
+    state, done, moves = team.reset(1), False, ["x"]
+    while not done:
+        moves.append(str(state.expert))
+        state, _, done, _ = team.step(state.expert)
+    monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(moves) + "\n"))
+    assert main(["play", "escape-room", "--seed", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "   8. agent_C: fetch the map" in out and "type a number from 0 to" in out
+    assert "episode over: success after 9 ticks" in out
+
+
+@pytest.mark.parametrize("env_id", ["teamtr/EscapeRoom-v0", "teamtr/SoftwareTeam-v0"])
+def test_gymnasium_ids_list_candidates_in_info(env_id):
+    env = gym.make(env_id)
+    obs, info_ = env.reset(seed=1)
+    assert obs.splitlines()[1].startswith("state: tick 0 of ")
+    assert info_["candidates"][-1] == "no new directive"
+    assert env.unwrapped.action_space.n == len(info_["candidates"])
+    total, done = 0.0, False
+    while not done:
+        obs, reward, terminated, truncated, info_ = env.step(info_["expert"])
+        total += reward
+        done = terminated or truncated
+    assert info_["outcome"] == "success" and total > 10
