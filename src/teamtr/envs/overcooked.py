@@ -1,0 +1,244 @@
+"""Overcooked-AI behind the World protocol: two chefs, onion soup, five classic layouts.
+
+The game itself (grid, pots, cooking, rewards) is the PyPI package ``overcooked`` 0.2.x
+(HumanCompatibleAI's Overcooked-AI, kept for numpy 2). We drive its ``OvercookedGridworld``
+directly rather than its ``OvercookedEnv``: the env fetches a motion planner on every step, and the
+package caches planners as pickles inside its own site-packages folder (a module constant, not an
+option), which breaks on a read-only install. We build the package's ``MotionPlanner`` in memory
+instead (at most 0.3 s per layout, memoised per process), so nothing is ever written to disk.
+
+A directive is a sub-task for one chef ("chef_1: put an onion in the pot"); the chef walks to the
+right feature with the motion planner and interacts. Sub-task logic lives in ``overcooked_chef``.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from teamtr.core import NOOP, AgentView, Directive, Event, Outcome, TeamTRError
+from teamtr.envs import overcooked_chef as chef
+from teamtr.envs.registry import check_choice, check_int
+
+INSTALL_HINT = "pip install 'teamtr[overcooked]'"
+
+#: Our layout names -> the package's layout files. ``counter_circuit`` is the onion-only variant
+#: used in the Overcooked-AI paper; the package's plain ``counter_circuit`` adds tomato orders.
+LAYOUTS: dict[str, str] = {
+    "cramped_room": "cramped_room",
+    "asymmetric_advantages": "asymmetric_advantages",
+    "coordination_ring": "coordination_ring",
+    "forced_coordination": "forced_coordination",
+    "counter_circuit": "counter_circuit_o_1order",
+}
+
+SOUP_REWARD = 20.0  # the game's sparse reward per delivered onion soup
+
+_MOTION: dict[str, tuple[int, int]] = {"up": (0, -1), "down": (0, 1), "right": (1, 0), "left": (-1, 0)}
+ACTIONS: tuple[str, ...] = ("up", "down", "left", "right", "stay", "interact")
+_PLANNERS: dict[str, Any] = {}  # layout -> (mdp, MotionPlanner), built once per process
+
+
+def _load(layout: str) -> tuple[Any, Any]:
+    """The package's gridworld and motion planner for ``layout`` (memoised)."""
+    if layout not in _PLANNERS:
+        try:
+            from overcooked.mdp.overcooked_mdp import OvercookedGridworld
+            from overcooked.planning.planners import MotionPlanner
+        except ImportError as exc:
+            raise TeamTRError(
+                f"The overcooked world needs the 'overcooked' package ({exc}). Run: {INSTALL_HINT}"
+            ) from None
+        mdp = OvercookedGridworld.from_layout_name(LAYOUTS[layout])
+        # Every counter is a valid motion goal, so chefs can hand items over counters.
+        _PLANNERS[layout] = (mdp, MotionPlanner(mdp, counter_goals=mdp.get_counter_locations()))
+    return _PLANNERS[layout]
+
+
+class OvercookedWorld:
+    """Two chefs (``chef_0``, ``chef_1``) cooking onion soup for ``horizon`` ticks.
+
+    Options: ``layout`` (one of ``LAYOUTS``), ``horizon`` (ticks, default 400), ``decision_every``
+    (the coordinator decides at least every k ticks, default 10), ``shaped`` (add the game's shaped
+    sub-goal rewards to ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome, default 1).
+    ``tick_reward`` after each ``step``: 20 per delivered soup (+ shaped rewards when ``shaped``).
+    """
+
+    name = "overcooked"
+
+    def __init__(
+        self,
+        layout: str = "cramped_room",
+        horizon: int = 400,
+        decision_every: int = 10,
+        shaped: bool = False,
+        goal_soups: int = 1,
+    ) -> None:
+        check_choice(self.name, "layout", layout, tuple(LAYOUTS))
+        check_int(self.name, "horizon", horizon, 1, 100_000)
+        check_int(self.name, "decision_every", decision_every, 1, 100_000)
+        check_int(self.name, "goal_soups", goal_soups, 0, 1_000)
+        if not isinstance(shaped, bool):
+            raise TeamTRError(f"{self.name}: option shaped={shaped!r} is not allowed; allowed: true, false.")
+        self.layout, self.horizon, self.decision_every = layout, horizon, decision_every
+        self.shaped, self.goal_soups = shaped, goal_soups
+        self.mdp, self.mp = _load(layout)
+        self.agents = ["chef_0", "chef_1"]
+        self.kitchen = chef.Kitchen(self.mdp, self.mp)
+        self.task = (
+            f"Two chefs cook onion soup in an Overcooked kitchen ({layout.replace('_', ' ')}). "
+            "A soup needs 3 onions in a pot; then a chef starts the cooking (20 ticks); then a chef "
+            "with a dish takes the soup to the serving window. Each soup served scores 20. "
+            "Grid: X counter, O onions, D dishes, P pot, S serving window, . floor, 0 and 1 the chefs, "
+            "o d s items on counters. Choose one directive for one chef; keep both chefs busy."
+        )
+        self.reset(0)
+
+    # ----------------------------------------------------------------------------------- episode
+    def reset(self, seed: int) -> None:
+        """Start from the layout's standard start; ``seed`` drives only the unjamming moves."""
+        self.rng = random.Random(seed)
+        self.state = self.mdp.get_standard_start_state()
+        self.soups, self.tick_reward = 0, 0.0
+        # The directive each chef worked on in the last plan() call (None: its own greedy rule),
+        # and which chefs finished it in the last tick (done() is true for that tick only, so a
+        # chef keeps repeating a sub-task it is not taken off, and a re-issued one is not skipped).
+        self.in_force: dict[str, Directive | None] = {a: None for a in self.agents}
+        self.given: dict[str, Directive] = {}  # the last directive each chef worked on
+        self.just_done = {a: False for a in self.agents}
+        self.stuck = {a: False for a in self.agents}
+        self._due = True
+        self.targets: dict[str, tuple[int, int] | None] = {a: None for a in self.agents}
+        self.blocked = {a: 0 for a in self.agents}
+        self._conflict = False
+
+    @property
+    def t(self) -> int:
+        return int(self.state.timestep)
+
+    def _player(self, agent: str) -> Any:
+        return self.state.players[self.agents.index(agent)]
+
+    def outcome(self) -> Outcome | None:
+        if self.t < self.horizon:
+            return None
+        return "success" if self.soups >= self.goal_soups else "failure"
+
+    # ---------------------------------------------------------------------------------- texts
+    def describe(self) -> str:
+        """The grid (one character a cell) then one summary line; ~100 tokens on cramped_room."""
+        rows = [list(r) for r in self.kitchen.grid]
+        for pos, obj in self.state.objects.items():
+            if self.mdp.get_terrain_type_at_pos(pos) == "X":
+                rows[pos[1]][pos[0]] = obj.name[0]
+        for i, p in enumerate(self.state.players):
+            rows[p.position[1]][p.position[0]] = str(i)
+        holds = "; ".join(f"{a} holds {chef.held(self._player(a)) or 'nothing'}" for a in self.agents)
+        pots = "; ".join(self.kitchen.pot_text(self.state, i, p) for i, p in enumerate(self.mdp.get_pot_locations()))
+        return "\n".join("".join(r) for r in rows) + (
+            f"\n{holds}. {pots}. Served {self.soups} soups, {self.horizon - self.t} ticks left."
+        )
+
+    def view(self, agent: str) -> AgentView:
+        p = self._player(agent)
+        text = f"{agent} at {p.position} holds {chef.held(p) or 'nothing'}.\n{self.describe()}"
+        return AgentView(agent=agent, text=text, actions=ACTIONS)
+
+    # ----------------------------------------------------------------------------- directives
+    def directives(self) -> list[Directive]:
+        """Every sub-task some chef can take up now (the ``wait`` directives always)."""
+        out = []
+        for agent in self.agents:
+            for task in chef.TASKS:
+                d = chef.directive(agent, task)
+                if self.check(agent, d) is None:
+                    out.append(d)
+        return out
+
+    def check(self, agent: str, directive: Directive) -> str | None:
+        if agent not in self.agents:
+            return f"{agent!r} is not a chef here; chefs: {', '.join(self.agents)}"
+        if directive.target != agent:
+            return f"the directive is for {directive.target}, not {agent}"
+        if directive.task not in chef.TASKS:
+            return f"unknown sub-task {directive.task!r}"
+        return self.kitchen.check(self.state, self.agents.index(agent), directive.task)
+
+    def done(self, agent: str, directive: Directive) -> bool:
+        """True for the tick right after ``agent`` finished ``directive`` (then it repeats it)."""
+        return self.in_force.get(agent) == directive and self.just_done[agent]
+
+    def plan(self, agent: str, directive: Directive | None) -> str:
+        """Next primitive action for ``agent``; ``None`` runs the chef's own greedy rule."""
+        self.in_force[agent] = directive
+        if directive is not None:
+            self.given[agent] = directive
+        idx = self.agents.index(agent)
+        task = directive.task if directive is not None else self.kitchen.greedy_task(self.state, idx)
+        if directive is not None and self.check(agent, directive) is not None:
+            task = "wait"
+        action, self.targets[agent] = self.kitchen.step_toward(self.state, idx, task)
+        if any(self.blocked.values()) and self.rng.random() < 0.5:
+            # A chef walked into the other one: random moves of both unjam corridors and single
+            # pot cells (as Overcooked-AI's own greedy human model does); the seed fixes them.
+            action = self.rng.choice(list(_MOTION))
+        return action
+
+    def decision_due(self) -> bool:
+        """After a tick with a milestone, a chef done or newly stuck, and every k ticks."""
+        return self._due
+
+    def expert_directive(self) -> Directive:
+        """The hand-written heuristic coordinator (``overcooked_chef.expert_task``)."""
+        wanted = {a: self.kitchen.expert_task(self.state, i) for i, a in enumerate(self.agents)}
+        # First the chef that needs a new sub-task most: none yet, finished, or stuck.
+        order = sorted(self.agents, key=lambda a: self.in_force[a] is not None and not self.stuck[a])
+        for agent in order:
+            d = chef.directive(agent, wanted[agent])
+            if d != self.given.get(agent) and self.check(agent, d) is None:
+                return d
+        return NOOP
+
+    # ------------------------------------------------------------------------------------ step
+    def step(self, actions: dict[str, str]) -> list[Event]:
+        """Apply one primitive action per chef; events are milestones, idle, conflict, duplicate."""
+        if self.t >= self.horizon:
+            raise TeamTRError(f"overcooked episode is over ({self.horizon} ticks); call reset(seed).")
+        joint = []
+        for agent in self.agents:
+            name = actions.get(agent, "stay")
+            if name not in ACTIONS:
+                raise TeamTRError(f"overcooked action {name!r} for {agent} is invalid; allowed: {', '.join(ACTIONS)}.")
+            joint.append("interact" if name == "interact" else _MOTION.get(name, (0, 0)))
+        before = self.state
+        events = self.kitchen.pre_step_events(before, joint, self.agents)
+        self._due = (before.timestep + 1) % self.decision_every == 0
+        self.state, info = self.mdp.get_state_transition(before, joint)
+        flags = info["event_infos"]
+        sparse = float(sum(info["sparse_reward_by_agent"]))
+        self.tick_reward = sparse + (float(sum(info["shaped_reward_by_agent"])) if self.shaped else 0.0)
+        for i, agent in enumerate(self.agents):
+            moved = before.players[i].position != self.state.players[i].position
+            self.blocked[agent] = int(joint[i] in _MOTION.values() and joint[i] != (0, 0) and not moved
+                                      and self.kitchen.is_floor_ahead(before.players[i], joint[i]))
+            if joint[i] == (0, 0):
+                events.append(Event("idle", agent, "stayed still"))
+            if flags["potting_onion"][i]:
+                events.append(Event("milestone", agent, "onion in pot"))
+            if flags["soup_delivery"][i]:
+                self.soups += 1
+                events.append(Event("milestone", agent, "soup delivered"))
+            d = self.in_force[agent]
+            self.just_done[agent] = d is not None and chef.effect_done(d.task, flags, i, before, self.state, self.mdp)
+            stuck = d is not None and self.check(agent, d) is not None
+            self._due = self._due or self.just_done[agent] or (stuck and not self.stuck[agent])
+            self.stuck[agent] = stuck
+        events += self.kitchen.pot_events(before, self.state)
+        clash = self.targets["chef_0"] is not None and self.targets["chef_0"] == self.targets["chef_1"]
+        if clash and not self._conflict:
+            events.append(Event("conflict", None, f"both chefs head for {self.kitchen.feature_name(self.targets['chef_0'])}"))
+        self._conflict = clash
+        self._due = self._due or any(e.kind == "milestone" for e in events)
+        if self.t >= self.horizon:
+            events.append(Event(self.outcome() or "failure", None, f"{self.soups} soups served"))
+        return events

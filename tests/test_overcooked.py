@@ -1,0 +1,172 @@
+"""Overcooked-AI world against the real ``overcooked`` package: layouts, sub-tasks, baselines."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+pytest.importorskip("overcooked", reason="needs pip install 'teamtr[overcooked]'")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from teamtr.core import EVENT_KINDS, NOOP, TeamTRError, World  # noqa: E402
+from teamtr.envs import make  # noqa: E402
+from teamtr.envs import overcooked as oc  # noqa: E402
+from teamtr.envs.overcooked_chef import directive  # noqa: E402
+from team_play import play  # noqa: E402
+
+
+
+def test_is_a_world_and_registered() -> None:
+    world = make("overcooked", layout="forced_coordination", horizon=50)
+    assert isinstance(world, World)
+    assert world.agents == ["chef_0", "chef_1"]
+    assert world.horizon == 50 and world.layout == "forced_coordination"
+
+
+@pytest.mark.parametrize("options, words", [
+    ({"layout": "kitchen"}, ["layout", "'kitchen'", "cramped_room", "counter_circuit"]),
+    ({"horizon": 0}, ["horizon", "0"]),
+    ({"decision_every": "5"}, ["decision_every", "'5'"]),
+    ({"shaped": 1}, ["shaped", "1", "true"]),
+])
+def test_bad_options_name_key_value_and_allowed(options: dict, words: list[str]) -> None:
+    with pytest.raises(TeamTRError) as err:
+        oc.OvercookedWorld(**options)
+    assert all(w in str(err.value) for w in words), str(err.value)
+
+
+@pytest.mark.parametrize("layout", list(oc.LAYOUTS))
+def test_reset_and_step_every_layout(layout: str) -> None:
+    world = oc.OvercookedWorld(layout=layout, horizon=30)
+    world.reset(3)
+    rows = world.describe().splitlines()
+    height = len(world.mdp.terrain_mtx)
+    assert len(rows) == height + 1 and rows[-1].endswith("Served 0 soups, 30 ticks left.")
+    assert sum(row.count("0") + row.count("1") for row in rows[:height]) == 2  # both chefs drawn
+    start = [p.position for p in world.state.players]
+    world.step({"chef_0": world.plan("chef_0", None), "chef_1": world.plan("chef_1", None)})
+    assert world.t == 1
+    while world.outcome() is None:
+        world.step({a: world.plan(a, None) for a in world.agents})
+    assert world.t == 30 and world.outcome() in ("success", "failure")
+    assert [p.position for p in world.state.players] != start or layout == "forced_coordination"
+    with pytest.raises(TeamTRError, match="episode is over"):
+        world.step({})
+
+
+def test_actions_are_checked() -> None:
+    world = oc.OvercookedWorld()
+    with pytest.raises(TeamTRError, match="'jump'.*up, down, left, right, stay, interact"):
+        world.step({"chef_0": "jump"})
+
+
+def test_heuristic_delivers_soup_on_cramped_room_within_horizon() -> None:
+    world = oc.OvercookedWorld(layout="cramped_room")
+    texts = play(world, "heuristic", seed=0)
+    assert world.soups >= 5  # measured 7-9 over seeds 0..9; one soup is the issue's bar
+    assert world.outcome() == "success"
+    assert "Served 0 soups, 400 ticks left." in texts[0]
+
+
+def test_handoff_layout_needs_passing() -> None:
+    world = oc.OvercookedWorld(layout="forced_coordination")
+    world.reset(0)
+    # chef_1 stands left of the wall: onions and dishes, no pot; chef_0 the reverse.
+    assert world.check("chef_1", directive("chef_1", "pot_onion")) == "no pot in reach has room"
+    assert world.check("chef_1", directive("chef_1", "pass_onion")) is None
+    assert world.check("chef_0", directive("chef_0", "pot_onion")) == "no onion in reach"
+    assert world.check("chef_0", directive("chef_0", "start_cooking")) == "no full pot to start"
+    assert world.check("chef_0", directive("chef_1", "wait")) == "the directive is for chef_1, not chef_0"
+    texts = {d.text for d in world.directives()}
+    assert "chef_1: pass an onion over the counter" in texts
+    assert "chef_0: put an onion in the pot" not in texts
+    # A passed onion is on the shared counter and the cook can take it to the pot.
+    d = directive("chef_1", "pass_onion")
+    while not world.done("chef_1", d):
+        world.step({"chef_1": world.plan("chef_1", d), "chef_0": "stay"})
+    grid = "\n".join(world.describe().splitlines()[:-1])
+    assert world.t < 15 and grid.count("o") == 1  # lower-case o: an onion on a counter
+    assert world.check("chef_0", directive("chef_0", "pot_onion")) is None
+
+
+def test_heuristic_beats_no_coordinator_where_handoffs_matter() -> None:
+    for layout in ("forced_coordination", "asymmetric_advantages"):
+        soups = {}
+        for coordinator in ("none", "heuristic"):
+            world = oc.OvercookedWorld(layout=layout)
+            play(world, coordinator, seed=1)
+            soups[coordinator] = world.soups
+        assert soups["heuristic"] > soups["none"] >= 5, (layout, soups)
+
+
+def test_events_and_rewards_of_an_episode() -> None:
+    world = oc.OvercookedWorld(layout="cramped_room", shaped=True)
+    world.reset(0)
+    kinds: dict[str, list[str]] = {}
+    total = 0.0
+    while world.outcome() is None:
+        for e in world.step({a: world.plan(a, None) for a in world.agents}):
+            assert e.kind in EVENT_KINDS
+            kinds.setdefault(e.kind, []).append(e.detail)
+        total += world.tick_reward
+    details = set(kinds["milestone"])
+    assert {"onion in pot", "cooking started", "soup cooked", "soup delivered"} <= details
+    assert kinds["milestone"].count("soup delivered") == world.soups > 0
+    # 20 per soup plus the game's shaped rewards (3 per onion potted, among others).
+    assert total >= 20 * world.soups + 3 * kinds["milestone"].count("onion in pot")
+    assert kinds["success"] == [f"{world.soups} soups served"]
+
+
+def test_conflict_when_both_chefs_head_for_the_same_slot() -> None:
+    world = oc.OvercookedWorld(layout="cramped_room")
+    world.reset(0)
+    d0, d1 = directive("chef_0", "fetch_dish"), directive("chef_1", "fetch_dish")
+    events = world.step({"chef_0": world.plan("chef_0", d0), "chef_1": world.plan("chef_1", d1)})
+    assert [e.detail for e in events if e.kind == "conflict"] == ["both chefs head for the dishes"]
+
+
+def test_task_text_is_static_and_state_text_short() -> None:
+    world = oc.OvercookedWorld(layout="counter_circuit")
+    texts = play(world, "random", seed=2)
+    assert len(set(texts)) > 10
+    assert world.task == oc.OvercookedWorld(layout="counter_circuit").task
+    assert max(len(t) for t in texts) < 200  # grid + one summary line, for a 135M model
+    assert all(len(d.text.split()) <= 8 for d in world.directives())
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10_000), layout=st.sampled_from(list(oc.LAYOUTS)))
+def test_random_directives_never_crash_and_same_seed_same_episode(seed: int, layout: str) -> None:
+    world = oc.OvercookedWorld(layout=layout, horizon=120)
+    first = play(world, "random", seed)
+    assert world.outcome() is not None and world.t == 120
+    assert play(world, "random", seed) == first
+
+
+def test_expert_is_always_a_candidate() -> None:
+    world = oc.OvercookedWorld(layout="coordination_ring", horizon=100)
+    world.reset(5)
+    while world.outcome() is None:
+        expert = world.expert_directive()
+        assert expert == NOOP or expert in world.directives()
+        world.step({a: world.plan(a, None) for a in world.agents})
+
+
+def test_no_planner_files_in_site_packages() -> None:
+    from overcooked.static import PLANNERS_DIR
+
+    before = set(os.listdir(PLANNERS_DIR))
+    oc._PLANNERS.pop("coordination_ring", None)
+    oc.OvercookedWorld(layout="coordination_ring").step({})
+    assert set(os.listdir(PLANNERS_DIR)) == before
+
+
+def test_missing_package_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "overcooked.planning.planners", None)  # import now fails
+    monkeypatch.delitem(oc._PLANNERS, "asymmetric_advantages", raising=False)
+    with pytest.raises(TeamTRError, match=r"pip install 'teamtr\[overcooked\]'"):
+        oc.OvercookedWorld(layout="asymmetric_advantages")
