@@ -199,6 +199,17 @@ class Coordinator(nn.Module):
             choices = torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1)
         return ActOutput([int(c) for c in choices], logp, mask, values, handles)
 
+    def remember(self, decisions: Sequence[DecisionLike]) -> list[int]:
+        """Store decisions for ``evaluate`` without choosing (behaviour cloning). Without a cached
+        trunk this only tokenises; with one it runs the frozen lower layers once."""
+        if self.first_trained > 0:
+            return self.act(decisions, keep=True).handles
+        handles = []
+        for prefix, dec in self.encode(decisions):
+            handles.append(len(self._store))
+            self._store.append(_Stored(prefix, dec, None))
+        return handles
+
     def forget(self) -> None:
         """Drop what ``act(keep=True)`` stored (once an update has used it)."""
         self._store.clear()

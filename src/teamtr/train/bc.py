@@ -1,0 +1,131 @@
+"""Behaviour-cloning warm-up: cross-entropy over candidates on demonstrations.
+
+Demonstrations come from the world's oracle (``expert_directive``) or from trajectory files in the
+trainer's own transcript format (one JSON object per episode with ``task`` and ``steps``: each step
+``state``, ``history``, ``candidates`` and ``choice``), so real team logs can be cloned too (the
+seed's offline + online). With ``explore`` > 0 the collecting episodes take a random candidate on
+that share of steps while still labelling each state with the expert's choice, so the clone also sees
+states off the expert's path (DAgger-style labels; Ross et al. 2011).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import torch
+
+from teamtr.core import TeamTRError
+from teamtr.team import Team, TeamBatch
+
+
+@dataclass(frozen=True)
+class Demo:
+    """One labelled decision (a ``DecisionLike`` for the coordinator)."""
+
+    task: str
+    state: str
+    history: tuple[str, ...]
+    candidates: tuple[str, ...]
+    label: int
+    weight: float = 1.0
+
+
+def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float = 0.0,
+                 parallel: int = 16) -> list[Demo]:
+    """Collect ``n`` oracle-labelled decisions from episodes seeded ``seed, seed+1, ...``."""
+    rng = random.Random(seed)
+    demos: list[Demo] = []
+    next_seed = seed
+    while len(demos) < n:
+        teams = [make_team() for _ in range(parallel)]
+        batch = TeamBatch(teams)
+        batch.reset(list(range(next_seed, next_seed + parallel)))
+        next_seed += parallel
+        while batch.live() and len(demos) < n:
+            states = batch.states()
+            choices = []
+            for s in states:
+                demos.append(Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert))
+                off = explore > 0 and rng.random() < explore
+                choices.append(rng.randrange(len(s.candidates)) if off else s.expert)
+            batch.step(choices)
+    return demos[:n]
+
+
+def file_demos(paths: Sequence[str | Path], success_weighted: bool = False) -> list[Demo]:
+    """Decisions from transcript JSONL files; with ``success_weighted`` a successful episode's
+    decisions weigh 4x (prioritised replay of successful trajectories)."""
+    demos: list[Demo] = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise TeamTRError(f"bc.files: {p} does not exist.")
+        for n, line in enumerate(p.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                ep = json.loads(line)
+                weight = 4.0 if success_weighted and ep.get("success") else 1.0
+                for step in ep["steps"]:
+                    demos.append(Demo(ep["task"], step["state"], tuple(step.get("history", ())),
+                                      tuple(step["candidates"]), int(step["choice"]), weight))
+            except (KeyError, ValueError, TypeError) as err:
+                raise TeamTRError(
+                    f"{p}:{n} is not a transcript line (needs task and steps with state, candidates, "
+                    f"choice): {err}"
+                ) from None
+    return demos
+
+
+def behaviour_clone(coordinator: Any, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
+                    seed: int = 0, log: Callable[[int, dict[str, float]], None] | None = None,
+                    heldout: Sequence[Demo] = ()) -> dict[str, float]:
+    """Train the coordinator's adapter to put its probability on each demo's label.
+
+    Returns the last step's metrics: ``bc/loss``, ``bc/accuracy`` and ``bc/heldout_accuracy``.
+    """
+    if not demos:
+        raise TeamTRError("Behaviour cloning got no demonstrations (bc.demos = 0 and no bc.files).")
+    params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
+    opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
+    g = torch.Generator().manual_seed(seed)
+    weights = torch.tensor([d.weight for d in demos])
+    steps_per_epoch = max(1, len(demos) // batch_size)
+    total = epochs * steps_per_epoch
+    metrics: dict[str, float] = {}
+    for step in range(total):
+        idx = torch.multinomial(weights, batch_size, replacement=len(demos) < batch_size, generator=g)
+        batch = [demos[int(i)] for i in idx]
+        handles = coordinator.remember(batch)
+        scores, _ = coordinator.evaluate(handles)
+        mask = coordinator.stored_mask(handles).to(scores.device)
+        logp = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), -1)
+        labels = torch.tensor([d.label for d in batch], device=scores.device)
+        loss = -logp.gather(1, labels[:, None]).mean()
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        coordinator.weights_changed()
+        coordinator.forget()
+        acc = float((logp.argmax(-1) == labels).float().mean())
+        metrics = {"bc/loss": float(loss), "bc/accuracy": acc, "bc/step": step + 1}
+        if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
+            metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout)
+        if log is not None:
+            log(step + 1, metrics)
+    return metrics
+
+
+@torch.no_grad()
+def accuracy(coordinator: Any, demos: Sequence[Demo], batch_size: int = 32) -> float:
+    hits = 0
+    for s in range(0, len(demos), batch_size):
+        chunk = list(demos[s : s + batch_size])
+        out = coordinator.act(chunk, greedy=True)
+        hits += sum(int(c == d.label) for c, d in zip(out.choices, chunk))
+    return hits / max(1, len(demos))

@@ -1,0 +1,137 @@
+"""Atomic checkpoints: adapter (PEFT format), value head, optimiser, schedules, KL controller, RNG.
+
+Layout: ``RUN/checkpoints/iter_000010/`` holding ``coordinator/`` (``Coordinator.save``),
+``algo.safetensors`` + ``algo.json`` (the algorithm's state: tensors and plain values split), and
+``trainer.json`` (iteration, RNG states, counters). Safetensors and JSON only, never pickle. A
+checkpoint is written into a temporary folder and renamed into place, so a folder named ``iter_*``
+is always complete; the last ``keep`` are kept.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+
+from teamtr.core import TeamTRError
+
+PREFIX = "iter_"
+
+
+def _split(obj: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
+    """Nested dicts/lists with tensors -> JSON-able tree with tensor references."""
+    if isinstance(obj, torch.Tensor):
+        key = path or "root"
+        tensors[key] = obj.detach().cpu().contiguous()
+        return {"__tensor__": key}
+    if isinstance(obj, dict):
+        return {"__dict__": [[_split(k, tensors, f"{path}.k{i}"), _split(v, tensors, f"{path}.{i}")]
+                             for i, (k, v) in enumerate(obj.items())]}
+    if isinstance(obj, (list, tuple)):
+        return {"__list__": [_split(v, tensors, f"{path}.{i}") for i, v in enumerate(obj)],
+                "tuple": isinstance(obj, tuple)}
+    if isinstance(obj, float) and not np.isfinite(obj):
+        return {"__float__": repr(obj)}
+    return obj
+
+
+def _join(obj: Any, tensors: dict[str, torch.Tensor]) -> Any:
+    if isinstance(obj, dict):
+        if "__tensor__" in obj:
+            return tensors[obj["__tensor__"]]
+        if "__dict__" in obj:
+            return {_join(k, tensors): _join(v, tensors) for k, v in obj["__dict__"]}
+        if "__list__" in obj:
+            items = [_join(v, tensors) for v in obj["__list__"]]
+            return tuple(items) if obj.get("tuple") else items
+        if "__float__" in obj:
+            return float(obj["__float__"])
+    return obj
+
+
+def save_state(state: Any, directory: Path, name: str) -> None:
+    tensors: dict[str, torch.Tensor] = {}
+    tree = _split(state, tensors, "")
+    save_file(tensors, str(directory / f"{name}.safetensors"))
+    (directory / f"{name}.json").write_text(json.dumps(tree))
+
+
+def load_state(directory: Path, name: str) -> Any:
+    tensors = load_file(str(directory / f"{name}.safetensors"))
+    return _join(json.loads((directory / f"{name}.json").read_text()), tensors)
+
+
+def rng_state() -> dict[str, Any]:
+    return {
+        "torch": torch.random.get_rng_state(),
+        "python": [list(x) if isinstance(x, tuple) else x for x in random.getstate()],
+        "numpy": {k: (v.tolist() if isinstance(v, np.ndarray) else v)
+                  for k, v in zip(("kind", "keys", "pos", "has_gauss", "cached"), np.random.get_state())},
+    }
+
+
+def set_rng_state(state: dict[str, Any]) -> None:
+    torch.random.set_rng_state(state["torch"])
+    py = state["python"]
+    random.setstate((py[0], tuple(py[1]), py[2]))
+    n = state["numpy"]
+    np.random.set_state((n["kind"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+
+
+def save_checkpoint(run_dir: Path, iteration: int, coordinator: Any, algo: Any,
+                    trainer: dict[str, Any], keep: int = 2) -> Path:
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"{PREFIX}{iteration:06d}"
+    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
+    try:
+        coordinator.save(tmp / "coordinator")
+        save_state(algo.state_dict(), tmp, "algo")
+        save_state({"trainer": trainer, "rng": rng_state(), "iteration": iteration}, tmp, "trainer")
+        for f in tmp.rglob("*"):
+            if f.is_file():
+                with open(f, "rb") as fh:
+                    os.fsync(fh.fileno())
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.is_dir():
+        return []
+    return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    found = list_checkpoints(run_dir)
+    return found[-1] if found else None
+
+
+def load_checkpoint(path: Path, coordinator: Any, algo: Any | None = None) -> dict[str, Any]:
+    """Restore weights (and the algorithm's state when given); return the trainer state (iteration,
+    counters) after restoring RNG states."""
+    path = Path(path)
+    if not (path / "trainer.json").is_file():
+        raise TeamTRError(f"{path} is not a complete TeamTR checkpoint (no trainer.json).")
+    coordinator.load(path / "coordinator")
+    if algo is not None:
+        algo.load_state_dict(load_state(path, "algo"))
+    state = load_state(path, "trainer")
+    set_rng_state(state["rng"])
+    return {"iteration": int(state["iteration"]), **state["trainer"]}
