@@ -18,16 +18,20 @@ def world_at_modules(**options):
     return world
 
 
-def test_first_state_offers_only_the_prd_and_the_goals():
-    state = Team(make("software-team")).reset(0)
-    assert [c.text for c in state.candidates] == [
-        "product_manager: write the PRD",
-        "focus: integration before new features",
-        "focus: new features first",
-        "no new directive",
-    ]
+def test_first_state_offers_each_agent_its_skill_work_the_goals_and_the_noop():
+    team = Team(make("software-team"))
+    state = team.reset(0)
+    texts = [c.text for c in state.candidates]
+    assert texts[:3] == ["product_manager: write the PRD", "product_manager: ship the release",
+                         "architect: write the design"]
+    assert texts[3:10:3] == ["engineer_1: implement the API module", "engineer_2: implement the API module",
+                             "qa: run the tests"]
+    assert texts[10:] == ["focus: integration before new features", "focus: new features first",
+                          "no new directive"]
     assert state.expert == 0
     assert state.state.startswith("tick 0 of 18. PRD: 0/2. waiting: design, API module, UI module")
+    _, _, _, info = team.step(3)  # the API before the design: invalid, a wasted tick
+    assert info["events"][0].kind == "directive_invalid" and info["terms"]["invalid"] == -0.5
 
 
 def test_oracle_ships_in_12_ticks_or_15_after_a_bug():

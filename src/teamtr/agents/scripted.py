@@ -56,8 +56,16 @@ class ScriptedAgent:
         return [Event("directive_followed", self.name, directive.task)]
 
     def working(self, world: World) -> Directive | None:
-        """The directive the agent works on now: its own if not done, else the goal (or None)."""
-        if self.directive is not None and not world.done(self.name, self.directive):
+        """The directive the agent works on now: its own if not done, else the goal (or None).
+
+        A directive once done stays done for the agent, even if the world later undoes the work
+        (a bug sends a module back): that needs a new directive, not a ghost of the old one.
+        """
+        if (
+            self.directive is not None
+            and not self._done_reported
+            and not world.done(self.name, self.directive)
+        ):
             return self.directive
         return self.goal
 

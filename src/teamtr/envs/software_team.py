@@ -11,8 +11,9 @@ or UI module goes back to an engineer (one tick of fixing) and the tests must ru
 must ship before the ``deadline``. Nobody works without a directive, except engineers under a goal.
 
 Directives of the seed's three kinds:
-- schedule: "engineer_2: implement the UI module" (``do:ui``); for finished work this is a redo
-  (``redo:ui``): the agent redoes it (``duplicate`` events) until given something else.
+- schedule: "engineer_2: implement the UI module" (``do:ui``), offered for every item of the agent's
+  skill: one whose dependencies are not done is invalid (the agent wastes the tick); one already
+  done is a redo (``redo:ui``): the agent redoes it (``duplicate`` events) until given another.
 - goal: "focus: integration before new features" / "focus: new features first": idle engineers pick
   the first ready item of that focus themselves (two may pick the same: ``conflict``).
 - allocate: "pair engineer_1 with engineer_2 on the UI module": both work it at twice the speed;
@@ -165,9 +166,9 @@ class SoftwareTeamWorld:
 
     def directives(self) -> list[Directive]:
         out = []
-        for agent in self.agents:
-            for item, (skill, _, deps) in ITEMS.items():
-                if skill == self.skill[agent] and all(self._done[d] for d in deps):
+        for agent in self.agents:  # every item of the agent's skill: waiting ones are invalid
+            for item, (skill, _, _) in ITEMS.items():
+                if skill == self.skill[agent]:
                     task = f"redo:{item}" if self._done[item] else f"do:{item}"
                     out.append(Directive(f"{agent}: {self._verb(item)}", agent, task))
         for key, text in self.vocab["goals"].items():
