@@ -1,0 +1,103 @@
+"""Generalised advantage estimation over many interleaved episodes in one flat batch.
+
+Decisions arrive as batched appends of many teams' ticks, so an episode's decisions are not
+contiguous; within one ``episode_id`` the storage order is the time order. GAE (Schulman et al. 2016):
+``delta_t = r_t + gamma * V(s_{t+1}) - V(s_t)`` and ``A_t = delta_t + gamma * lam * A_{t+1}``, with
+``V(s_{T})`` = 0 after a termination and the stored bootstrap value after a truncation.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from teamtr.rl.losses import RLInputError
+
+
+def _check_unit(name: str, value: float) -> None:
+    if not 0.0 <= value <= 1.0:
+        raise RLInputError(f"{name} = {value!r} is out of range; allowed: 0 <= {name} <= 1.")
+
+
+def gae(
+    rewards: Tensor,
+    values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    bootstrap_values: Tensor,
+    episode_id: Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[Tensor, Tensor]:
+    """Advantages and returns for a flat batch of decisions from many episodes.
+
+    Args:
+        rewards, values, bootstrap_values: ``[N]`` float. ``bootstrap_values[i]`` is V of the state
+            after decision ``i`` and is read only where ``truncated[i]``.
+        terminated, truncated: ``[N]`` bool. The last stored decision of every episode must carry one
+            of them (a rollout cut mid-episode is a truncation); no earlier decision may. When both
+            are set, termination wins (no bootstrap).
+        episode_id: ``[N]`` long; decisions of one episode are in time order.
+        gamma, lam: discount and GAE lambda, both in [0, 1].
+    Returns:
+        ``(advantages, returns)``, both ``[N]`` float32 in the input order; ``returns = advantages +
+        values`` (the value targets).
+    """
+    _check_unit("gamma", gamma)
+    _check_unit("lam", lam)
+    n = rewards.shape[0]
+    for name, t in (("values", values), ("terminated", terminated), ("truncated", truncated),
+                    ("bootstrap_values", bootstrap_values), ("episode_id", episode_id)):
+        if t.shape != (n,):
+            raise RLInputError(f"{name} has shape {tuple(t.shape)}; expected [{n}] like rewards.")
+    if n == 0:
+        empty = torch.zeros(0, dtype=torch.float32)
+        return empty, empty.clone()
+
+    # A stable sort keeps each episode's decisions in storage (= time) order.
+    order = torch.argsort(episode_id, stable=True)
+    ep = episode_id[order]
+    done = terminated[order] | truncated[order]
+    last = torch.ones(n, dtype=torch.bool)
+    last[:-1] = ep[1:] != ep[:-1]
+    bad_mid = (done & ~last).nonzero().flatten()
+    if bad_mid.numel() > 0:
+        i = int(order[bad_mid[0]])
+        raise RLInputError(
+            f"decision {i} of episode {int(episode_id[i])} is marked terminated/truncated but the "
+            "episode has later decisions; give each new episode its own episode_id."
+        )
+    open_end = (last & ~done).nonzero().flatten()
+    if open_end.numel() > 0:
+        i = int(order[open_end[0]])
+        raise RLInputError(
+            f"episode {int(episode_id[i])} ends at decision {i} with neither terminated nor "
+            "truncated; mark a rollout cut mid-episode as truncated and give bootstrap_values."
+        )
+
+    v = values[order].double()
+    term = terminated[order]
+    next_v = torch.empty_like(v)
+    next_v[:-1] = v[1:]
+    next_v = torch.where(last, bootstrap_values[order].double(), next_v)
+    next_v = torch.where(term, torch.zeros_like(next_v), next_v)
+    delta = (rewards[order].double() + gamma * next_v - v).tolist()
+    carry = (~last).tolist()
+    # The recursion is inherently sequential; a Python loop over floats is fast for N ~ 1e5.
+    adv_sorted = [0.0] * n
+    running = 0.0
+    for i in range(n - 1, -1, -1):
+        running = delta[i] + (gamma * lam * running if carry[i] else 0.0)
+        adv_sorted[i] = running
+    advantages = torch.empty(n, dtype=torch.float64)
+    advantages[order] = torch.tensor(adv_sorted, dtype=torch.float64)
+    returns = advantages + values.double()
+    return advantages.float(), returns.float()
+
+
+def normalize(advantages: Tensor, eps: float = 1e-8) -> Tensor:
+    """Zero-mean, unit-std advantages (population std); a single decision is only centred."""
+    centred = advantages - advantages.mean()
+    if advantages.numel() < 2:
+        return centred
+    return centred / (advantages.std(unbiased=False) + eps)

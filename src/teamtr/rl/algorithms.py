@@ -1,0 +1,298 @@
+"""The update algorithms behind one interface: ``algo.update(evaluate, rollout) -> metrics``.
+
+``evaluate(mb: Minibatch) -> (scores [B, C], values [B])`` recomputes the coordinator's unnormalised
+candidate scores and values *with gradients* for the decisions of ``mb`` (scores of ``mb.mask.shape``);
+this module applies the masked log-softmax. Evaluate calls are expensive (an LLM forward + backward),
+so PPO and PG call it exactly once per minibatch per epoch.
+
+- ``ppo``: clipped surrogate + clipped value loss + entropy bonus - KL(ref || new) penalty; AdamW with
+  warmup + cosine LR; grad-norm clip; the epoch loop stops once the mean exact KL(old || new) measured
+  in an epoch's forward passes exceeds ``early_stop_factor * target_kl``.
+- ``pg``: the same loop with no ratio clip, no KL penalty and no early stop (the unstable baseline).
+- ``trpo``: see ``teamtr.rl.trpo``.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from teamtr.rl.kl import make_kl_controller
+from teamtr.rl.losses import RLInputError, clipped_value_loss, explained_variance, policy_terms
+from teamtr.rl.losses import masked_log_softmax
+from teamtr.rl.rollout import Minibatch, Rollout
+from teamtr.rl.schedules import linear_decay, warmup_cosine
+
+Evaluate = Callable[[Minibatch], tuple[Tensor, Tensor]]
+
+# (lowest, highest, lowest allowed itself, highest allowed itself) for every numeric key.
+_RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "clip_eps": (0, 1, False, False), "value_clip": (0, math.inf, False, False),
+    "vf_coef": (0, math.inf, True, False), "gamma": (0, 1, True, True), "lam": (0, 1, True, True),
+    "epochs": (1, math.inf, True, False), "minibatch_size": (1, math.inf, True, False),
+    "lr": (0, math.inf, False, False), "min_lr_ratio": (0, 1, True, True),
+    "warmup_updates": (0, math.inf, True, False), "total_updates": (1, math.inf, True, False),
+    "ent_coef_start": (0, math.inf, True, False), "ent_coef_end": (0, math.inf, True, False),
+    "kl_coef": (0, math.inf, True, False), "target_kl": (0, math.inf, False, False),
+    "kl_horizon": (1, math.inf, True, False), "early_stop_factor": (0, math.inf, False, False),
+    "max_grad_norm": (0, math.inf, False, False), "weight_decay": (0, math.inf, True, False),
+    "trpo_delta": (0, math.inf, False, False), "cg_iters": (1, math.inf, True, False),
+    "cg_damping": (0, math.inf, True, False), "backtrack_iters": (1, math.inf, True, False),
+    "backtrack_ratio": (0, 1, False, False), "fisher_batch_size": (1, math.inf, True, False),
+    "value_lr": (0, math.inf, False, False), "value_epochs": (1, math.inf, True, False),
+}
+
+
+@dataclass
+class AlgoConfig:
+    """Every knob of the update; field names are the config keys. Defaults follow the seed (5.2)."""
+
+    clip_eps: float = 0.2  # PPO ratio clip; the seed: 0.1-0.3, lower it first if reward oscillates
+    value_clip: float | None = 0.2  # clip of V - V_old in the value loss; None = plain MSE
+    vf_coef: float = 0.5  # weight of the value loss (PPO/PG share one optimiser with the policy)
+    gamma: float = 0.99  # discount; >= 0.99 for tasks over 100 steps
+    lam: float = 0.95  # GAE lambda; 0.97-0.98 for sparse rewards
+    epochs: int = 4  # passes over each rollout (PPO/PG); 4-8 is safe
+    minibatch_size: int = 64  # decisions per evaluate call
+    lr: float = 3e-5  # peak policy LR (LoRA); full fine-tuning wants 1e-6..1e-5
+    min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio
+    warmup_updates: int = 10  # linear LR warmup, in updates
+    total_updates: int = 1000  # cosine and entropy decay length; set it to the run's update count
+    ent_coef_start: float = 0.05  # entropy bonus at update 0
+    ent_coef_end: float = 0.01  # entropy bonus after total_updates (the floor)
+    kl_coef: float = 0.05  # KL(ref || new) penalty coefficient (initial value if adaptive)
+    kl_control: str = "fixed"  # fixed | adaptive
+    target_kl: float = 0.02  # per-decision KL target: early stop (old||new) and adaptive (ref||new)
+    kl_horizon: int = 10000  # adaptive controller horizon, in decisions
+    early_stop_factor: float | None = 1.5  # stop epochs when KL(old||new) > factor * target_kl
+    max_grad_norm: float | None = 1.0  # global grad-norm clip; None = no clip
+    weight_decay: float = 0.0  # AdamW weight decay
+    normalize_advantages: bool = True  # zero-mean unit-std advantages over the rollout
+    trpo_delta: float = 0.01  # TRPO's hard bound on mean KL(old || new)
+    cg_iters: int = 10  # conjugate-gradient iterations
+    cg_damping: float = 0.1  # Fisher damping: solves (F + damping I) s = g
+    backtrack_iters: int = 10  # line-search tries
+    backtrack_ratio: float = 0.5  # step shrink per try
+    fisher_batch_size: int | None = None  # decisions in the Fisher-vector products; None = all
+    value_lr: float = 1e-3  # value-head LR (PPO/PG: its own param group; TRPO: its own Adam)
+    value_epochs: int = 5  # TRPO: passes of the value head over each rollout
+    seed: int = 0  # minibatch shuffling
+
+    def __post_init__(self) -> None:
+        for name, (lo, hi, lo_ok, hi_ok) in _RANGES.items():
+            value = getattr(self, name)
+            if value is None and name in ("value_clip", "early_stop_factor", "max_grad_norm",
+                                          "fisher_batch_size"):
+                continue
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
+                (lo <= value if lo_ok else lo < value) and (value <= hi if hi_ok else value < hi))
+            if not ok:
+                allowed = (f"{lo} {'<=' if lo_ok else '<'} {name}"
+                           + ("" if hi == math.inf else f" {'<=' if hi_ok else '<'} {hi}"))
+                raise RLInputError(f"{name} = {value!r} is out of range; allowed: {allowed}.")
+        if self.kl_control not in ("fixed", "adaptive"):
+            raise RLInputError(
+                f"kl_control = {self.kl_control!r} is not allowed; choose 'fixed' or 'adaptive'.")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> AlgoConfig:
+        """Build from a plain mapping; an unknown key is an error that lists the known ones."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise RLInputError(f"unknown algorithm key(s) {unknown}; known: {sorted(known)}.")
+        return cls(**values)
+
+
+def param_groups(policy_params: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Normalise ``[{"params": [...], "lr_scale": s}, ...]`` (lr_scale defaults to 1)."""
+    groups = []
+    for i, g in enumerate(policy_params):
+        if not isinstance(g, dict) or "params" not in g:
+            raise RLInputError(f"policy_params[{i}] must be a dict with 'params' (and 'lr_scale').")
+        scale = float(g.get("lr_scale", 1.0))
+        if not scale > 0:
+            raise RLInputError(f"policy_params[{i}]['lr_scale'] = {scale!r}; allowed: > 0.")
+        groups.append({"params": list(g["params"]), "lr_scale": scale})
+    return groups
+
+
+#: Keys every algorithm returns (TRPO adds trpo/step_size, trpo/backtracks, trpo/accepted).
+METRIC_KEYS = ("policy/kl_old_new", "policy/kl_ref_new", "policy/entropy", "policy/clip_frac",
+               "policy/ratio_min", "policy/ratio_max", "policy/loss", "value/loss",
+               "value/explained_variance", "optim/grad_norm", "optim/lr", "optim/ent_coef",
+               "optim/kl_coef", "optim/skipped_steps", "optim/epochs_run")
+
+
+def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Per-minibatch rows -> one row: mean, except ratio_min/max (min/max); nan when no rows."""
+    out = {k: float("nan") for k in METRIC_KEYS}
+    for k in (rows[0] if rows else {}):
+        xs = [r[k] for r in rows]
+        out[k] = min(xs) if k == "policy/ratio_min" else max(xs) if k == "policy/ratio_max" \
+            else sum(xs) / len(xs)
+    return out
+
+
+class Algorithm:
+    """Shared state of every algorithm: schedules, KL controller, shuffling RNG, checkpointing."""
+
+    name = "base"
+
+    def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
+                 config: AlgoConfig) -> None:
+        self.config = config
+        self.groups = param_groups(policy_params)
+        self.policy_tensors = [p for g in self.groups for p in g["params"]]
+        self.value_tensors = list(value_params)
+        if not self.policy_tensors:
+            raise RLInputError("policy_params holds no tensors; pass the trainable policy weights.")
+        shared = {id(p) for p in self.policy_tensors} & {id(p) for p in self.value_tensors}
+        if shared:
+            raise RLInputError(f"{len(shared)} tensor(s) are in both policy_params and value_params;"
+                               " give each tensor to one side only.")
+        self.kl = make_kl_controller(config.kl_control, config.kl_coef, config.target_kl,
+                                     config.kl_horizon)
+        self.updates_done = 0
+        self.generator = torch.Generator().manual_seed(config.seed)
+
+    @property
+    def ent_coef(self) -> float:
+        c = self.config
+        return linear_decay(self.updates_done, c.ent_coef_start, c.ent_coef_end, c.total_updates)
+
+    @property
+    def lr_multiplier(self) -> float:
+        c = self.config
+        return warmup_cosine(self.updates_done, c.warmup_updates, c.total_updates, c.min_lr_ratio)
+
+    def _prepare(self, rollout: Rollout) -> None:
+        if rollout.advantages is None:
+            c = self.config
+            rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages)
+
+    @staticmethod
+    def _evaluate(evaluate: Evaluate, mb: Minibatch) -> tuple[Tensor, Tensor, Minibatch]:
+        """``evaluate(mb)`` with its shapes checked, and ``mb`` moved to the scores' device."""
+        scores, values = evaluate(mb)
+        if scores.shape != mb.mask.shape:
+            raise RLInputError(f"evaluate returned scores of shape {tuple(scores.shape)}; expected "
+                               f"{tuple(mb.mask.shape)} (the minibatch's mask shape).")
+        if values.shape != (len(mb),):
+            raise RLInputError(f"evaluate returned values of shape {tuple(values.shape)}; "
+                               f"expected [{len(mb)}].")
+        return scores, values, mb.to(scores.device)
+
+    def update(self, evaluate: Evaluate, rollout: Rollout) -> dict[str, float]:
+        raise NotImplementedError
+
+    def state_dict(self) -> dict[str, Any]:
+        """A snapshot as a plain dict of tensors and numbers (update count, KL controller, RNG...)."""
+        return {"updates_done": self.updates_done, "kl_controller": self.kl.state_dict(),
+                "generator": self.generator.get_state()}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.updates_done = int(state["updates_done"])
+        self.kl.load_state_dict(state["kl_controller"])
+        self.generator.set_state(state["generator"])
+
+
+class PPO(Algorithm):
+    """Proximal policy optimisation over exact candidate distributions (see the module docstring)."""
+
+    name = "ppo"
+    clip = True  # the ratio clip, the KL penalty and the early stop (off in PolicyGradient)
+
+    def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
+                 config: AlgoConfig) -> None:
+        super().__init__(policy_params, value_params, config)
+        groups = [{"params": g["params"], "lr": config.lr * g["lr_scale"],
+                   "base_lr": config.lr * g["lr_scale"]} for g in self.groups]
+        if self.value_tensors:
+            groups.append({"params": self.value_tensors, "lr": config.value_lr,
+                           "base_lr": config.value_lr})
+        self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
+
+    def update(self, evaluate: Evaluate, rollout: Rollout) -> dict[str, float]:
+        """Epochs x minibatches of the PPO loss; returns the metrics of the last epoch run."""
+        c = self.config
+        self._prepare(rollout)
+        mult, ent_coef = self.lr_multiplier, self.ent_coef
+        kl_coef = self.kl.value if self.clip else 0.0
+        for g in self.optimizer.param_groups:
+            g["lr"] = g["base_lr"] * mult
+        params = self.policy_tensors + self.value_tensors
+        max_norm = c.max_grad_norm if c.max_grad_norm is not None else math.inf
+        skipped, epochs_run = 0, 0
+        for _ in range(c.epochs):
+            rows: list[dict[str, float]] = []
+            values_seen, returns_seen = [], []
+            for mb in rollout.minibatches(c.minibatch_size, self.generator):
+                scores, values, mb = self._evaluate(evaluate, mb)
+                t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
+                                 mb.mask, mb.actions, mb.advantages,
+                                 clip_eps=c.clip_eps if self.clip else None,
+                                 ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
+                v_loss = clipped_value_loss(values, mb.values, mb.returns,
+                                            c.value_clip if self.clip else None)
+                loss = -t.objective + c.vf_coef * v_loss
+                self.optimizer.zero_grad(set_to_none=True)
+                if not torch.isfinite(loss):
+                    skipped += 1
+                    continue
+                loss.backward()
+                grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
+                if not torch.isfinite(grad_norm):
+                    # A non-finite gradient must not reach Adam's moments either.
+                    self.optimizer.zero_grad(set_to_none=True)
+                    skipped += 1
+                    continue
+                self.optimizer.step()
+                values_seen.append(values.detach())
+                returns_seen.append(mb.returns)
+                rows.append({"policy/kl_old_new": float(t.kl_old_new),
+                             "policy/kl_ref_new": float(t.kl_ref_new),
+                             "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
+                             "policy/ratio_min": float(t.ratio_min),
+                             "policy/ratio_max": float(t.ratio_max),
+                             "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
+                             "optim/grad_norm": float(grad_norm)})
+            epochs_run += 1
+            last_rows, last_values, last_returns = rows, values_seen, returns_seen
+            epoch_kl = sum(r["policy/kl_old_new"] for r in rows) / max(len(rows), 1)
+            if self.clip and c.early_stop_factor is not None and \
+                    epoch_kl > c.early_stop_factor * c.target_kl:
+                break
+        metrics = summarise(last_rows)
+        metrics["value/explained_variance"] = (
+            explained_variance(torch.cat(last_values), torch.cat(last_returns))
+            if last_values else float("nan"))
+        metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef,
+                        "optim/kl_coef": kl_coef, "optim/skipped_steps": float(skipped),
+                        "optim/epochs_run": float(epochs_run)})
+        if self.clip and math.isfinite(metrics["policy/kl_ref_new"]):
+            self.kl.update(metrics["policy/kl_ref_new"], len(rollout))
+        self.updates_done += 1
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        # A snapshot: the optimiser's own state_dict aliases moment tensors later steps overwrite.
+        return {**super().state_dict(), "optimizer": copy.deepcopy(self.optimizer.state_dict())}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+class PolicyGradient(PPO):
+    """Vanilla policy gradient: the unclipped surrogate ``-ratio * A`` (its gradient at ratio 1 is
+    REINFORCE with the value baseline), no KL penalty, no early stop, plain value MSE."""
+
+    name = "pg"
+    clip = False

@@ -1,0 +1,199 @@
+"""Exact maths over categorical distributions on padded candidate sets, and the PPO loss terms.
+
+Every coordinator decision chooses among a finite set of candidate directives, and states have
+different candidate counts, so a batch of decisions is a padded ``[B, C]`` tensor with a boolean
+``mask`` (True = a real candidate). Log-probs, entropy and KL are computed **exactly** over the
+candidates, never estimated from samples. Padded entries hold 0 in every log-prob tensor made here and
+never change a result: every function below reads them through the mask only.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from teamtr.core import TeamTRError
+
+#: Log-ratios are clamped to +-LOG_RATIO_CLAMP before ``exp`` so one bad sample cannot overflow.
+LOG_RATIO_CLAMP = 20.0
+
+
+class RLInputError(TeamTRError, ValueError):
+    """Bad tensors or settings handed to ``teamtr.rl``; the message names what and what is allowed."""
+
+
+def check_mask(mask: Tensor, name: str = "mask") -> None:
+    """Raise ``RLInputError`` unless ``mask`` is a ``[B, C]`` bool tensor with a True in every row."""
+    if mask.dtype != torch.bool:
+        raise RLInputError(f"{name} must be a bool tensor [B, C], got dtype {mask.dtype}.")
+    if mask.dim() != 2:
+        raise RLInputError(f"{name} must have shape [B, C], got {tuple(mask.shape)}.")
+    empty = (~mask.any(dim=1)).nonzero().flatten()
+    if empty.numel() > 0:
+        rows = empty[:5].tolist()
+        raise RLInputError(
+            f"{name} has {empty.numel()} all-masked row(s) (first: {rows}); every decision needs at "
+            "least one valid candidate."
+        )
+
+
+def check_same_shape(mask: Tensor, **tensors: Tensor) -> None:
+    """Raise ``RLInputError`` unless every tensor has the shape of ``mask``."""
+    for name, t in tensors.items():
+        if t.shape != mask.shape:
+            raise RLInputError(
+                f"{name} has shape {tuple(t.shape)} but mask has {tuple(mask.shape)}; they must match."
+            )
+
+
+def masked_log_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+    """Log-probabilities over the valid candidates of each row.
+
+    Args:
+        scores: ``[B, C]`` unnormalised candidate logits (padded entries may hold anything finite).
+        mask: ``[B, C]`` bool, True for real candidates; every row needs one.
+    Returns:
+        ``[B, C]`` log-probs; each row's valid entries log-sum-exp to 0, padded entries are 0.
+    """
+    check_mask(mask)
+    check_same_shape(mask, scores=scores)
+    # A finite fill instead of -inf keeps the backward pass free of inf - inf.
+    logits = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return torch.log_softmax(logits, dim=-1).masked_fill(~mask, 0.0)
+
+
+def entropy(logp: Tensor, mask: Tensor) -> Tensor:
+    """Exact entropy ``-sum_c p_c log p_c`` per row: ``[B, C] -> [B]`` (nats)."""
+    check_same_shape(mask, logp=logp)
+    plogp = torch.where(mask, logp.exp() * logp, torch.zeros_like(logp))
+    # p log p -> 0 as p -> 0; an exactly-zero probability (logp = -inf) must not give nan.
+    plogp = torch.nan_to_num(plogp, nan=0.0)
+    return -plogp.sum(dim=-1)
+
+
+def categorical_kl(logp_p: Tensor, logp_q: Tensor, mask: Tensor) -> Tensor:
+    """Exact ``KL(p || q) = sum_c p_c (log p_c - log q_c)`` per row: ``[B, C] x2 -> [B]`` (nats).
+
+    Gradients flow into both arguments; pass ``p`` detached for a KL to a fixed distribution.
+    Candidates with ``p_c = 0`` contribute 0 whatever ``q_c`` is.
+    """
+    check_same_shape(mask, logp_p=logp_p, logp_q=logp_q)
+    p = logp_p.exp()
+    keep = mask & (p > 0)
+    terms = torch.where(keep, p * (logp_p - logp_q), torch.zeros_like(p))
+    return terms.sum(dim=-1)
+
+
+def chosen(logp: Tensor, actions: Tensor) -> Tensor:
+    """The log-prob of each row's chosen candidate: ``[B, C], [B] long -> [B]``."""
+    if actions.shape != logp.shape[:1]:
+        raise RLInputError(
+            f"actions has shape {tuple(actions.shape)}; expected [{logp.shape[0]}] (one per row)."
+        )
+    return logp.gather(1, actions.long().unsqueeze(1)).squeeze(1)
+
+
+def clipped_surrogate(ratio: Tensor, advantages: Tensor, clip_eps: float | None) -> Tensor:
+    """PPO's clipped surrogate *loss* per decision: ``-min(r A, clip(r, 1-eps, 1+eps) A)``, ``[B]``.
+
+    ``clip_eps=None`` gives the unclipped importance-weighted policy-gradient loss ``-r A``.
+    """
+    unclipped = ratio * advantages
+    if clip_eps is None:
+        return -unclipped
+    clipped = ratio.clamp(1.0 - clip_eps, 1.0 + clip_eps) * advantages
+    return -torch.minimum(unclipped, clipped)
+
+
+def clipped_value_loss(
+    values: Tensor, old_values: Tensor, returns: Tensor, value_clip: float | None
+) -> Tensor:
+    """Scalar value loss ``0.5 * mean(max((V - R)^2, (V_clip - R)^2))``.
+
+    ``V_clip = V_old + clip(V - V_old, -value_clip, value_clip)``; ``value_clip=None`` gives plain
+    ``0.5 * mean((V - R)^2)``. All inputs ``[B]``.
+    """
+    loss = (values - returns) ** 2
+    if value_clip is not None:
+        v_clip = old_values + (values - old_values).clamp(-value_clip, value_clip)
+        loss = torch.maximum(loss, (v_clip - returns) ** 2)
+    return 0.5 * loss.mean()
+
+
+def explained_variance(values: Tensor, returns: Tensor) -> float:
+    """``1 - Var(R - V) / Var(R)``: 1 is perfect, 0 is no better than a constant; nan if Var(R) = 0."""
+    var_r = returns.float().var(unbiased=False)
+    if var_r.item() == 0.0:
+        return float("nan")
+    return float(1.0 - (returns.float() - values.float()).var(unbiased=False) / var_r)
+
+
+@dataclass
+class PolicyTerms:
+    """The policy side of the loss for one batch, with its diagnostics.
+
+    ``objective`` is the quantity to *maximise* (surrogate + entropy bonus - KL penalty); the
+    diagnostics are detached scalars.
+    """
+
+    objective: Tensor
+    surrogate: Tensor
+    entropy: Tensor
+    kl_ref_new: Tensor
+    kl_old_new: Tensor
+    clip_frac: Tensor
+    ratio_min: Tensor
+    ratio_max: Tensor
+
+
+def policy_terms(
+    new_logp: Tensor,
+    old_logp: Tensor,
+    ref_logp: Tensor,
+    mask: Tensor,
+    actions: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float | None,
+    ent_coef: float,
+    kl_coef: float,
+    report_clip_eps: float = 0.2,
+) -> PolicyTerms:
+    """Clipped surrogate + entropy bonus - ``kl_coef`` * KL(ref || new), all means over decisions.
+
+    Args:
+        new_logp, old_logp, ref_logp: ``[B, C]`` log-probs of the policy being trained, the acting
+            policy and the frozen reference (from ``masked_log_softmax``).
+        mask: ``[B, C]`` bool; actions ``[B]`` long; advantages ``[B]``.
+        clip_eps: PPO clip range, or None for the unclipped surrogate (vanilla policy gradient).
+        report_clip_eps: the range ``clip_frac`` is measured against when ``clip_eps`` is None.
+    """
+    check_same_shape(mask, new_logp=new_logp, old_logp=old_logp, ref_logp=ref_logp)
+    if advantages.shape != actions.shape:
+        raise RLInputError(
+            f"advantages has shape {tuple(advantages.shape)} but actions has {tuple(actions.shape)}."
+        )
+    log_ratio = (chosen(new_logp, actions) - chosen(old_logp, actions)).clamp(
+        -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP
+    )
+    ratio = log_ratio.exp()
+    surrogate = -clipped_surrogate(ratio, advantages, clip_eps).mean()
+    ent = entropy(new_logp, mask).mean()
+    kl_ref = categorical_kl(ref_logp.detach(), new_logp, mask).mean()
+    objective = surrogate + ent_coef * ent - kl_coef * kl_ref
+    eps = report_clip_eps if clip_eps is None else clip_eps
+    with torch.no_grad():
+        kl_old = categorical_kl(old_logp, new_logp, mask).mean()
+        clip_frac = ((ratio - 1.0).abs() > eps).float().mean()
+    return PolicyTerms(
+        objective=objective,
+        surrogate=surrogate.detach(),
+        entropy=ent.detach(),
+        kl_ref_new=kl_ref.detach(),
+        kl_old_new=kl_old,
+        clip_frac=clip_frac,
+        ratio_min=ratio.detach().min(),
+        ratio_max=ratio.detach().max(),
+    )

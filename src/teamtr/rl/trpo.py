@@ -1,0 +1,232 @@
+"""TRPO (Schulman et al. 2015): the seed's hard trust region, mean KL(old || new) <= delta.
+
+One update: (1) the gradient ``g`` of the surrogate objective at the current policy; (2) ``s`` solving
+``(F + damping I) s = g`` by conjugate gradient, where ``F v`` is the Hessian-vector product of the
+exact mean KL(current || new) at new = current (the Fisher matrix, obtained by differentiating the KL
+twice); (3) the full step ``sqrt(2 delta / s^T F s) * s``; (4) a backtracking line search that accepts
+the first shrunken step whose exact KL(old || new) <= delta and whose surrogate beats the old one,
+else leaves the policy untouched; (5) the value head trained by its own Adam.
+
+Per-group ``lr_scale`` has no meaning here (the trust region sets the step), so TRPO ignores it.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from teamtr.rl.algorithms import AlgoConfig, Algorithm, Evaluate, summarise
+from teamtr.rl.losses import categorical_kl, clipped_value_loss, explained_variance
+from teamtr.rl.losses import masked_log_softmax, policy_terms
+from teamtr.rl.rollout import Minibatch, Rollout
+
+
+def flat_grad(output: Tensor, params: Sequence[Tensor], **kwargs: Any) -> Tensor:
+    """``d output / d params`` as one float32 vector (zeros for params ``output`` does not use)."""
+    grads = torch.autograd.grad(output, params, allow_unused=True, **kwargs)
+    return torch.cat([(torch.zeros_like(p) if g is None else g).reshape(-1).float()
+                      for g, p in zip(grads, params)])
+
+
+def get_flat(params: Sequence[Tensor]) -> Tensor:
+    return torch.cat([p.detach().reshape(-1).float() for p in params])
+
+
+@torch.no_grad()
+def set_flat(params: Sequence[Tensor], flat: Tensor) -> None:
+    """Write a flat vector (as made by ``get_flat``) back into the tensors, in place."""
+    offset = 0
+    for p in params:
+        n = p.numel()
+        p.copy_(flat[offset:offset + n].view_as(p).to(p.dtype))
+        offset += n
+
+
+def conjugate_gradient(fvp: Callable[[Tensor], Tensor], b: Tensor, iters: int,
+                       tol: float = 1e-10) -> Tensor:
+    """Approximately solve ``A x = b`` for symmetric positive-definite ``A`` given ``v -> A v``."""
+    x = torch.zeros_like(b)
+    r, p = b.clone(), b.clone()
+    rr = r @ r
+    for _ in range(iters):
+        if rr <= tol:
+            break
+        ap = fvp(p)
+        alpha = rr / (p @ ap)
+        x += alpha * p
+        r -= alpha * ap
+        rr_new = r @ r
+        p = r + (rr_new / rr) * p
+        rr = rr_new
+    return x
+
+
+def line_search(try_step: Callable[[float], tuple[float, float]], old_objective: float,
+                delta: float, iters: int, ratio: float) -> tuple[bool, float, int]:
+    """Backtracking: try fractions ``1, ratio, ratio^2, ...`` of the full step.
+
+    ``try_step(frac) -> (objective, kl)`` applies that fraction and measures. A fraction is accepted
+    when ``kl <= delta`` and ``objective > old_objective`` (both finite). Returns ``(accepted, frac,
+    backtracks)``: the accepted fraction and how many shrinks preceded it (``iters`` if none passed;
+    the caller restores the old parameters then).
+    """
+    for k in range(iters):
+        frac = ratio ** k
+        objective, kl = try_step(frac)
+        if math.isfinite(objective) and math.isfinite(kl) and kl <= delta \
+                and objective > old_objective:
+            return True, frac, k
+    return False, 0.0, iters
+
+
+class TRPO(Algorithm):
+    """Trust-region policy optimisation with a separately trained value head."""
+
+    name = "trpo"
+
+    def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
+                 config: AlgoConfig) -> None:
+        super().__init__(policy_params, value_params, config)
+        self.value_optimizer = (torch.optim.Adam(self.value_tensors, lr=config.value_lr)
+                                if self.value_tensors else None)
+
+    def _objective(self, scores: Tensor, mb: Minibatch, ent_coef: float, kl_coef: float):
+        return policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp, mb.mask,
+                            mb.actions, mb.advantages, clip_eps=None, ent_coef=ent_coef,
+                            kl_coef=kl_coef, report_clip_eps=self.config.clip_eps)
+
+    def update(self, evaluate: Evaluate, rollout: Rollout) -> dict[str, float]:
+        """One natural-gradient step inside the trust region, then the value head's epochs."""
+        c = self.config
+        self._prepare(rollout)
+        ent_coef, kl_coef = self.ent_coef, self.kl.value
+        params = self.policy_tensors
+        n = len(rollout)
+        batches = list(rollout.minibatches(c.minibatch_size, self.generator))
+        skipped = 0
+
+        # (1) surrogate gradient, accumulated batch by batch so memory is one minibatch's graph.
+        g = torch.zeros_like(get_flat(params))
+        old_objective, old_rows = 0.0, []
+        for mb in batches:
+            scores, _, mb = self._evaluate(evaluate, mb)
+            t = self._objective(scores, mb, ent_coef, kl_coef)
+            weight = len(mb) / n
+            g += flat_grad(t.objective * weight, params)
+            old_objective += t.objective.item() * weight
+            old_rows.append((len(mb), t))
+
+        # (2) Fisher-vector products from the exact KL, on all decisions or a random subset.
+        size = n if c.fisher_batch_size is None else min(n, c.fisher_batch_size)
+        fisher_mb = rollout.subset(torch.randperm(n, generator=self.generator)[:size])
+        scores, _, fisher_mb = self._evaluate(evaluate, fisher_mb)
+        logp = masked_log_softmax(scores, fisher_mb.mask)
+        kl = categorical_kl(logp.detach(), logp, fisher_mb.mask).mean()
+        grad_kl = flat_grad(kl, params, create_graph=True)
+
+        def fvp(v: Tensor) -> Tensor:
+            return flat_grad(grad_kl @ v, params, retain_graph=True) + c.cg_damping * v
+
+        accepted, frac, backtracks, step_size = False, 0.0, 0, 0.0
+        old_flat = get_flat(params)
+        step = None
+        if torch.isfinite(g).all() and float(g.norm()) > 0:
+            s = conjugate_gradient(fvp, g, c.cg_iters)
+            # The step length uses the undamped Fisher, so the quadratic model predicts KL = delta.
+            shs = float(s @ (fvp(s) - c.cg_damping * s))
+            if math.isfinite(shs) and shs > 0:
+                step_size = math.sqrt(2 * c.trpo_delta / shs)
+                step = step_size * s
+        finite = bool(torch.isfinite(g).all()) and (step is None or bool(torch.isfinite(step).all()))
+        if not finite:
+            step = None
+            skipped += 1
+        del grad_kl  # frees the double-backward graph before the line search
+
+        # (3) backtracking line search: forward only, on every decision.
+        measured: dict[str, Any] = {"rows": old_rows}
+
+        def try_step(f: float) -> tuple[float, float]:
+            set_flat(params, old_flat + f * step)
+            rows, objective = [], 0.0
+            with torch.no_grad():
+                for mb in batches:
+                    scores, _, mb = self._evaluate(evaluate, mb)
+                    t = self._objective(scores, mb, ent_coef, kl_coef)
+                    objective += float(t.objective) * len(mb) / n
+                    rows.append((len(mb), t))
+            measured["rows"] = rows
+            kl_mean = sum(b * float(t.kl_old_new) for b, t in rows) / n
+            return objective, kl_mean
+
+        if step is not None:
+            accepted, frac, backtracks = line_search(try_step, old_objective, c.trpo_delta,
+                                                     c.backtrack_iters, c.backtrack_ratio)
+        if not accepted:  # the policy stays the old one, and so do its diagnostics
+            set_flat(params, old_flat)
+            measured["rows"] = old_rows
+
+        # (4) value head: its own Adam, value_epochs x minibatches.
+        v_rows, values_seen, returns_seen = [], [], []
+        if self.value_optimizer is not None:
+            for g_ in self.value_optimizer.param_groups:
+                g_["lr"] = c.value_lr
+            for _ in range(c.value_epochs):
+                values_seen, returns_seen = [], []
+                for mb in rollout.minibatches(c.minibatch_size, self.generator):
+                    _, values, mb = self._evaluate(evaluate, mb)
+                    v_loss = clipped_value_loss(values, mb.values, mb.returns, c.value_clip)
+                    if not torch.isfinite(v_loss):
+                        skipped += 1
+                        continue
+                    grads = torch.autograd.grad(v_loss, self.value_tensors, allow_unused=True)
+                    if not all(gr is None or torch.isfinite(gr).all() for gr in grads):
+                        skipped += 1
+                        continue
+                    for p, gr in zip(self.value_tensors, grads):
+                        p.grad = gr
+                    if c.max_grad_norm is not None:
+                        torch.nn.utils.clip_grad_norm_(self.value_tensors, c.max_grad_norm)
+                    self.value_optimizer.step()
+                    self.value_optimizer.zero_grad(set_to_none=True)
+                    v_rows.append(v_loss.item())
+                    values_seen.append(values.detach())
+                    returns_seen.append(mb.returns)
+
+        metrics = summarise([])
+        rows = measured["rows"]  # diagnostics of the policy kept, weighted by minibatch size
+        for key, attr in (("policy/kl_old_new", "kl_old_new"), ("policy/kl_ref_new", "kl_ref_new"),
+                              ("policy/entropy", "entropy"), ("policy/clip_frac", "clip_frac")):
+            metrics[key] = sum(b * float(getattr(t, attr)) for b, t in rows) / n
+        metrics["policy/loss"] = -sum(b * float(t.surrogate) for b, t in rows) / n
+        metrics["policy/ratio_min"] = min(float(t.ratio_min) for _, t in rows)
+        metrics["policy/ratio_max"] = max(float(t.ratio_max) for _, t in rows)
+        if v_rows:
+            metrics["value/loss"] = sum(v_rows[-len(values_seen):]) / len(values_seen)
+            metrics["value/explained_variance"] = explained_variance(
+                torch.cat(values_seen), torch.cat(returns_seen))
+        metrics.update({"optim/grad_norm": float(g.norm()), "optim/lr": c.value_lr,
+                        "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef,
+                        "optim/skipped_steps": float(skipped), "optim/epochs_run": 1.0,
+                        "trpo/step_size": step_size * frac, "trpo/backtracks": float(backtracks),
+                        "trpo/accepted": float(accepted)})
+        if math.isfinite(metrics["policy/kl_ref_new"]):
+            self.kl.update(metrics["policy/kl_ref_new"], n)
+        self.updates_done += 1
+        return metrics
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.value_optimizer is not None:
+            state["value_optimizer"] = copy.deepcopy(self.value_optimizer.state_dict())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.value_optimizer is not None:
+            self.value_optimizer.load_state_dict(state["value_optimizer"])
