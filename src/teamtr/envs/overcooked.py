@@ -107,7 +107,7 @@ class OvercookedWorld:
         self.given: dict[str, Directive] = {}  # the last directive each chef worked on
         self.just_done = {a: False for a in self.agents}
         self.stuck = {a: False for a in self.agents}
-        self._due = True
+        self._due, self._changed = True, False
         self.targets: dict[str, tuple[int, int] | None] = {a: None for a in self.agents}
         self.blocked = {a: 0 for a in self.agents}
         self._conflict = False
@@ -172,6 +172,8 @@ class OvercookedWorld:
         """Next primitive action for ``agent``; ``None`` runs the chef's own greedy rule."""
         self.in_force[agent] = directive
         if directive is not None:
+            # A new directive: ask again next tick, so the other chef can be re-directed at once.
+            self._changed = self._changed or directive != self.given.get(agent)
             self.given[agent] = directive
         idx = self.agents.index(agent)
         task = directive.task if directive is not None else self.kitchen.greedy_task(self.state, idx)
@@ -185,7 +187,7 @@ class OvercookedWorld:
         return action
 
     def decision_due(self) -> bool:
-        """After a tick with a milestone, a chef done or newly stuck, and every k ticks."""
+        """After a tick with a milestone, a new directive, a chef done or stuck; every k ticks."""
         return self._due
 
     def expert_directive(self) -> Directive:
@@ -212,7 +214,8 @@ class OvercookedWorld:
             joint.append("interact" if name == "interact" else _MOTION.get(name, (0, 0)))
         before = self.state
         events = self.kitchen.pre_step_events(before, joint, self.agents)
-        self._due = (before.timestep + 1) % self.decision_every == 0
+        self._due = (before.timestep + 1) % self.decision_every == 0 or self._changed
+        self._changed = False
         self.state, info = self.mdp.get_state_transition(before, joint)
         flags = info["event_infos"]
         sparse = float(sum(info["sparse_reward_by_agent"]))
@@ -231,7 +234,7 @@ class OvercookedWorld:
             d = self.in_force[agent]
             self.just_done[agent] = d is not None and chef.effect_done(d.task, flags, i, before, self.state, self.mdp)
             stuck = d is not None and self.check(agent, d) is not None
-            self._due = self._due or self.just_done[agent] or (stuck and not self.stuck[agent])
+            self._due = self._due or self.just_done[agent] or stuck
             self.stuck[agent] = stuck
         events += self.kitchen.pot_events(before, self.state)
         clash = self.targets["chef_0"] is not None and self.targets["chef_0"] == self.targets["chef_1"]

@@ -141,9 +141,12 @@ class Kitchen:
             room = r(pots["room"])
             if h not in (None, "onion"):
                 return [], f"it holds {h}"
-            if not room:
+            # Fetching ahead for a busy pot is fine while the other chef can serve it; a lone cook
+            # holding an onion could never take the soup out.
+            busy = r(pots["full"] + pots["cooking"] + pots["ready"]) if self.reach(state, 1 - i, self.pots) else []
+            if not room and not busy:
                 return [], "no pot in reach has room"
-            if h == "onion":
+            if h == "onion":  # with every pot busy, hold the onion until one is emptied
                 return room, None
             return onions, None if onions else "no onion in reach"
         if task == "start_cooking":
@@ -221,6 +224,8 @@ class Kitchen:
         coming = len(pots["ready"] + pots["cooking"] + pots["full"])
         dishes_out = len(self.on_counters(state, "dish")) + (other == "dish")
         room = sum(3 - len(state.get_object(p).ingredients) if state.has_object(p) else 3 for p in pots["room"])
+        if self.reach(state, 1 - i, self.pots):  # the other chef may empty busy pots soon
+            room += 3 * len(self.reach(state, i, pots["cooking"] + pots["ready"]))
         onions_out = len(self.on_counters(state, "onion")) + (other == "onion")
         cook_alone = not self.reach(state, 1 - i, self.pots)  # only this chef can fill the pots
         if h == "soup" or (h == "dish" and ok("serve_soup") and (coming or not cook_alone)):
@@ -286,6 +291,8 @@ class Kitchen:
                 events.append(Event("milestone", None, "cooking started"))
             if now is not None and now.is_ready and not (was is not None and was.is_ready):
                 events.append(Event("milestone", None, "soup cooked"))
+            if was is not None and was.is_ready and now is None:
+                events.append(Event("milestone", None, "soup taken from the pot"))
         return events
 
     def pre_step_events(self, state: Any, joint: list[Any], agents: list[str]) -> list[Event]:
