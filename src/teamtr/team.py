@@ -16,11 +16,29 @@ import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from teamtr.agents.scripted import ScriptedAgent
 from teamtr.core import NOOP, Directive, Event, TeamTRError, World
 from teamtr.rewards.terms import RewardComposer
+
+
+class RoleAgent(Protocol):
+    """What a Team needs of a role agent (``agents.scripted.ScriptedAgent`` is the reference)."""
+
+    def reset(self, seed: int) -> None: ...
+
+    def receive(self, world: World, directive: Directive) -> list[Event]:
+        """Take up (or not) a directive addressed to it; return directive_* events."""
+        ...
+
+    def act(self, world: World) -> str:
+        """The primitive action for this tick."""
+        ...
+
+    def after(self, world: World) -> list[Event]:
+        """Events once the tick ran (``directive_done``)."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -75,13 +93,13 @@ class Team:
     def __init__(
         self,
         world: World,
-        agents: dict[str, ScriptedAgent] | None = None,
+        agents: dict[str, RoleAgent] | None = None,
         rewards: RewardComposer | None = None,
         history_len: int = 3,
     ) -> None:
         self.world = world
         compliance = float(getattr(world, "compliance", 1.0))
-        self.agents = agents or {name: ScriptedAgent(name, compliance) for name in world.agents}
+        self.agents: dict[str, RoleAgent] = agents or {name: ScriptedAgent(name, compliance) for name in world.agents}
         missing = [name for name in world.agents if name not in self.agents]
         if missing:
             raise TeamTRError(f"Team has no role agent for {missing}; world agents: {world.agents}.")
