@@ -110,6 +110,7 @@ class OvercookedWorld:
         self._due, self._changed = True, False
         self.targets: dict[str, tuple[int, int] | None] = {a: None for a in self.agents}
         self.blocked = {a: 0 for a in self.agents}
+        self.avoid = {a: 0 for a in self.agents}
         self._conflict = False
 
     @property
@@ -179,10 +180,12 @@ class OvercookedWorld:
         task = directive.task if directive is not None else self.kitchen.greedy_task(self.state, idx)
         if directive is not None and self.check(agent, directive) is not None:
             task = "wait"
-        action, self.targets[agent] = self.kitchen.step_toward(self.state, idx, task)
-        if any(self.blocked.values()) and self.rng.random() < 0.5:
-            # A chef walked into the other one: random moves of both unjam corridors and single
-            # pot cells (as Overcooked-AI's own greedy human model does); the seed fixes them.
+        action, self.targets[agent] = self.kitchen.step_toward(self.state, idx, task, self.avoid[agent] > 0)
+        other = self.agents[1 - idx]
+        in_the_way = self.blocked[other] > 0 and action in ("stay", "interact")
+        if action is None or ((in_the_way or max(self.blocked.values()) > 1) and self.rng.random() < 0.5):
+            # No way around the other chef, or standing in its way: random moves unjam dead-end
+            # corridors and single pot cells, as Overcooked-AI's own greedy human model does.
             action = self.rng.choice(list(_MOTION))
         return action
 
@@ -222,8 +225,12 @@ class OvercookedWorld:
         self.tick_reward = sparse + (float(sum(info["shaped_reward_by_agent"])) if self.shaped else 0.0)
         for i, agent in enumerate(self.agents):
             moved = before.players[i].position != self.state.players[i].position
-            self.blocked[agent] = int(joint[i] in _MOTION.values() and joint[i] != (0, 0) and not moved
-                                      and self.kitchen.is_floor_ahead(before.players[i], joint[i]))
+            bumped = (joint[i] in _MOTION.values() and joint[i] != (0, 0) and not moved
+                      and self.kitchen.is_floor_ahead(before.players[i], joint[i]))
+            self.blocked[agent] = self.blocked[agent] + 1 if bumped else 0  # ticks in a row
+            # Keep walking around the other chef for a few ticks, or the planner's shortest path
+            # leads straight back into it.
+            self.avoid[agent] = 4 if bumped else max(0, self.avoid[agent] - 1)
             if joint[i] == (0, 0):
                 events.append(Event("idle", agent, "stayed still"))
             if flags["potting_onion"][i]:

@@ -174,8 +174,12 @@ class Kitchen:
     def check(self, state: Any, i: int, task: str) -> str | None:
         return self.targets(state, i, task)[1]
 
-    def step_toward(self, state: Any, i: int, task: str) -> tuple[str, Any]:
-        """(next primitive action, motion goal) for chef ``i`` on ``task``; ``stay`` if none."""
+    def step_toward(self, state: Any, i: int, task: str, detour: bool = False) -> tuple[str | None, Any]:
+        """(next primitive action, motion goal) for chef ``i`` on ``task``; ``stay`` if none.
+
+        ``detour``: the chef was blocked by the other one, whom the package's planner ignores;
+        walk a shortest path around the other chef's cell instead (action ``None``: there is none).
+        """
         feats, reason = self.targets(state, i, task)
         if reason is not None or not feats:
             return "stay", None
@@ -188,7 +192,28 @@ class Kitchen:
                     best = (plan[2], plan[0][0], goal)
         if best is None:
             return "stay", None
+        here, there = state.players[i].position, best[2][0]
+        if detour and here != there:
+            return self.first_step_around(here, there, state.players[1 - i].position), best[2]
         return _ACTION_NAMES[best[1]], best[2]
+
+    def first_step_around(self, start: Pos, goal: Pos, blocked: Pos) -> str | None:
+        """First move of a shortest floor path from ``start`` to ``goal`` avoiding ``blocked``."""
+        moves = [(name, d) for d, name in _ACTION_NAMES.items() if d not in ((0, 0), "interact")]
+        first: dict[Pos, str | None] = {start: None}
+        frontier = [start]
+        while frontier:
+            nxt = []
+            for x, y in frontier:
+                for name, (dx, dy) in moves:
+                    cell = (x + dx, y + dy)
+                    if cell in self.region and cell != blocked and cell not in first:
+                        first[cell] = first[(x, y)] or name
+                        if cell == goal:
+                            return first[cell]
+                        nxt.append(cell)
+            frontier = nxt
+        return None
 
     def is_floor_ahead(self, player: Any, move: Any) -> bool:
         ahead = (player.position[0] + move[0], player.position[1] + move[1])
