@@ -108,7 +108,7 @@ class OvercookedWorld:
         self.just_done = {a: False for a in self.agents}
         self.stuck = {a: False for a in self.agents}
         self._due, self._changed = True, False
-        self.targets: dict[str, tuple[int, int] | None] = {a: None for a in self.agents}
+        self.targets: dict[str, Any] = {a: None for a in self.agents}  # motion goal per chef
         self.blocked = {a: 0 for a in self.agents}
         self.avoid = {a: 0 for a in self.agents}
         self._conflict = False
