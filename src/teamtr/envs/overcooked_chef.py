@@ -282,13 +282,15 @@ class Kitchen:
         return "serve_soup" if coming > held_dish and ok("serve_soup") else "wait"
 
     def pick_server(self, state: Any) -> int:
-        """At the start: the chef relatively nearer the dishes than the onions is the server."""
-        costs = []
-        for p in state.players:
-            d = self.mp.min_cost_to_feature(p.pos_and_or, self.mdp.get_dish_dispenser_locations())[0]
-            o = self.mp.min_cost_to_feature(p.pos_and_or, self.mdp.get_onion_dispenser_locations())[0]
-            costs.append(d - o)
-        self.server = 0 if costs[0] <= costs[1] else 1
+        """At the start: the chef nearer the dishes plus the serving window serves (ties: the one
+        relatively nearer the dishes than the onions; then chef_0)."""
+        keys = []
+        for i, p in enumerate(state.players):
+            cost = {name: self.mp.min_cost_to_feature(p.pos_and_or, feats)[0] for name, feats in (
+                ("dish", self.mdp.get_dish_dispenser_locations()), ("serve", self.mdp.get_serving_locations()),
+                ("onion", self.mdp.get_onion_dispenser_locations()))}
+            keys.append((cost["dish"] + cost["serve"], cost["dish"] - cost["onion"], i))
+        self.server = min(keys)[2]
         return self.server
 
     # ------------------------------------------------------------------------------- texts
