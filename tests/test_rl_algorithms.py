@@ -122,6 +122,22 @@ def test_state_dict_round_trip_reproduces_the_next_update() -> None:
     assert b.updates_done == 2 and b.kl.value == a.kl.value
 
 
+def test_a_huge_value_gradient_does_not_change_the_policy_step() -> None:
+    thetas = []
+    for scale in (1.0, 1000.0):  # same normalised advantages, value loss 1e6 times larger
+        p = make_problem()
+        r = p.rollout
+        big = Rollout.from_tensors(logp=r.logp, ref_logp=r.ref_logp, mask=r.mask, actions=r.actions,
+                                   values=r.values, rewards=r.rewards * scale,
+                                   terminated=r.terminated, truncated=r.truncated,
+                                   episode_id=r.episode_id, handles=r.handles)
+        big.compute_advantages(0.99, 0.95)
+        metrics = _algo("ppo", p, lr=0.05, target_kl=10.0).update(p.evaluate, big)
+        thetas.append(p.theta.detach().clone())
+        assert metrics["value/grad_norm"] > (100.0 if scale > 1 else 0.0)
+    assert torch.allclose(thetas[0], thetas[1], atol=1e-5)
+
+
 def test_lr_scale_multiplies_a_groups_learning_rate() -> None:
     p = make_problem()
     extra = torch.zeros(3, requires_grad=True)

@@ -71,7 +71,7 @@ class AlgoConfig:
     target_kl: float = 0.02  # per-decision KL target: early stop (old||new) and adaptive (ref||new)
     kl_horizon: int = 10000  # adaptive controller horizon, in decisions
     early_stop_factor: float | None = 1.5  # stop epochs when KL(old||new) > factor * target_kl
-    max_grad_norm: float | None = 1.0  # global grad-norm clip; None = no clip
+    max_grad_norm: float | None = 1.0  # grad-norm clip, policy and value head each; None = none
     weight_decay: float = 0.0  # AdamW weight decay
     normalize_advantages: bool = True  # zero-mean unit-std advantages over the rollout
     trpo_delta: float = 0.01  # TRPO's hard bound on mean KL(old || new)
@@ -124,10 +124,11 @@ def param_groups(policy_params: Sequence[dict[str, Any]]) -> list[dict[str, Any]
 
 
 #: Keys every algorithm returns (TRPO adds trpo/step_size, trpo/backtracks, trpo/accepted).
+#: optim/grad_norm is the policy tensors' norm before clipping; value/grad_norm the value head's.
 METRIC_KEYS = ("policy/kl_old_new", "policy/kl_ref_new", "policy/entropy", "policy/clip_frac",
                "policy/ratio_min", "policy/ratio_max", "policy/loss", "value/loss",
-               "value/explained_variance", "optim/grad_norm", "optim/lr", "optim/ent_coef",
-               "optim/kl_coef", "optim/skipped_steps", "optim/epochs_run")
+               "value/explained_variance", "value/grad_norm", "optim/grad_norm", "optim/lr",
+               "optim/ent_coef", "optim/kl_coef", "optim/skipped_steps", "optim/epochs_run")
 
 
 def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -227,7 +228,6 @@ class PPO(Algorithm):
         kl_coef = self.kl.value if self.clip else 0.0
         for g in self.optimizer.param_groups:
             g["lr"] = g["base_lr"] * mult
-        params = self.policy_tensors + self.value_tensors
         max_norm = c.max_grad_norm if c.max_grad_norm is not None else math.inf
         skipped, epochs_run = 0, 0
         for _ in range(c.epochs):
@@ -247,8 +247,11 @@ class PPO(Algorithm):
                     skipped += 1
                     continue
                 loss.backward()
-                grad_norm = torch.nn.utils.clip_grad_norm_(params, max_norm)
-                if not torch.isfinite(grad_norm):
+                # Clipped apart: a fresh value head's large gradient must not shrink the policy's.
+                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_tensors, max_norm)
+                value_norm = (torch.nn.utils.clip_grad_norm_(self.value_tensors, max_norm)
+                              if self.value_tensors else torch.zeros(()))
+                if not (torch.isfinite(grad_norm) and torch.isfinite(value_norm)):
                     # A non-finite gradient must not reach Adam's moments either.
                     self.optimizer.zero_grad(set_to_none=True)
                     skipped += 1
@@ -262,7 +265,7 @@ class PPO(Algorithm):
                              "policy/ratio_min": float(t.ratio_min),
                              "policy/ratio_max": float(t.ratio_max),
                              "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                             "optim/grad_norm": float(grad_norm)})
+                             "optim/grad_norm": float(grad_norm), "value/grad_norm": float(value_norm)})
             epochs_run += 1
             last_rows, last_values, last_returns = rows, values_seen, returns_seen
             epoch_kl = sum(r["policy/kl_old_new"] for r in rows) / max(len(rows), 1)

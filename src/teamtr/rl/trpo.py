@@ -15,13 +15,15 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
 from torch import Tensor
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from teamtr.rl.algorithms import AlgoConfig, Algorithm, Evaluate, summarise
-from teamtr.rl.losses import categorical_kl, clipped_value_loss, explained_variance
+from teamtr.rl.losses import RLInputError, categorical_kl, clipped_value_loss, explained_variance
 from teamtr.rl.losses import masked_log_softmax, policy_terms
 from teamtr.rl.rollout import Minibatch, Rollout
 
@@ -119,18 +121,30 @@ class TRPO(Algorithm):
             weight = len(mb) / n
             g += flat_grad(t.objective * weight, params)
             old_objective += t.objective.item() * weight
-            old_rows.append((len(mb), t))
+            # Detached: keeping the objective would keep every minibatch's graph alive.
+            old_rows.append((len(mb), replace(t, objective=t.objective.detach())))
 
         # (2) Fisher-vector products from the exact KL, on all decisions or a random subset.
         size = n if c.fisher_batch_size is None else min(n, c.fisher_batch_size)
         fisher_mb = rollout.subset(torch.randperm(n, generator=self.generator)[:size])
-        scores, _, fisher_mb = self._evaluate(evaluate, fisher_mb)
+        # Fused attention kernels (SDPA flash / memory-efficient) have no double backward; the
+        # math kernel is built of plain differentiable ops, so the KL can be differentiated twice.
+        with sdpa_kernel([SDPBackend.MATH]):
+            scores, _, fisher_mb = self._evaluate(evaluate, fisher_mb)
         logp = masked_log_softmax(scores, fisher_mb.mask)
         kl = categorical_kl(logp.detach(), logp, fisher_mb.mask).mean()
         grad_kl = flat_grad(kl, params, create_graph=True)
 
         def fvp(v: Tensor) -> Tensor:
-            return flat_grad(grad_kl @ v, params, retain_graph=True) + c.cg_damping * v
+            try:
+                return flat_grad(grad_kl @ v, params, retain_graph=True) + c.cg_damping * v
+            except RuntimeError as err:
+                if "not implemented" not in str(err):
+                    raise
+                raise RLInputError(
+                    "trpo differentiates the KL twice (Fisher-vector products), but an op of the "
+                    f"model has no double backward ({err}); load the model with "
+                    "attn_implementation='eager' or 'sdpa', or use algo.name=ppo.") from None
 
         accepted, frac, backtracks, step_size = False, 0.0, 0, 0.0
         old_flat = get_flat(params)
@@ -172,7 +186,7 @@ class TRPO(Algorithm):
             measured["rows"] = old_rows
 
         # (4) value head: its own Adam, value_epochs x minibatches.
-        v_rows, values_seen, returns_seen = [], [], []
+        v_rows, v_norms, values_seen, returns_seen = [], [], [], []
         if self.value_optimizer is not None:
             for g_ in self.value_optimizer.param_groups:
                 g_["lr"] = c.value_lr
@@ -190,8 +204,8 @@ class TRPO(Algorithm):
                         continue
                     for p, gr in zip(self.value_tensors, grads):
                         p.grad = gr
-                    if c.max_grad_norm is not None:
-                        torch.nn.utils.clip_grad_norm_(self.value_tensors, c.max_grad_norm)
+                    max_norm = c.max_grad_norm if c.max_grad_norm is not None else math.inf
+                    v_norms.append(float(torch.nn.utils.clip_grad_norm_(self.value_tensors, max_norm)))
                     self.value_optimizer.step()
                     self.value_optimizer.zero_grad(set_to_none=True)
                     v_rows.append(v_loss.item())
@@ -208,6 +222,7 @@ class TRPO(Algorithm):
         metrics["policy/ratio_max"] = max(float(t.ratio_max) for _, t in rows)
         if v_rows:
             metrics["value/loss"] = sum(v_rows[-len(values_seen):]) / len(values_seen)
+            metrics["value/grad_norm"] = sum(v_norms) / len(v_norms)
             metrics["value/explained_variance"] = explained_variance(
                 torch.cat(values_seen), torch.cat(returns_seen))
         metrics.update({"optim/grad_norm": float(g.norm()), "optim/lr": c.value_lr,
