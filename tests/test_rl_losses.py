@@ -6,6 +6,8 @@ import math
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from teamtr.rl import (RLInputError, categorical_kl, clipped_surrogate, clipped_value_loss, entropy,
                        explained_variance, masked_log_softmax, policy_terms)
@@ -107,3 +109,24 @@ def test_bad_input_gives_clear_errors() -> None:
         masked_log_softmax(torch.zeros(2, 4), torch.ones(2, 3, dtype=torch.bool))
     with pytest.raises(RLInputError, match="bool"):
         masked_log_softmax(torch.zeros(2, 3), torch.ones(2, 3))
+
+
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10_000), rows=st.integers(1, 6), width=st.integers(1, 7))
+def test_padding_never_changes_any_quantity(seed: int, rows: int, width: int) -> None:
+    g = torch.Generator().manual_seed(seed)
+    counts = torch.randint(1, width + 1, (rows,), generator=g)
+    mask = torch.arange(width)[None, :] < counts[:, None]
+    a, b = torch.randn(rows, width, generator=g) * 3, torch.randn(rows, width, generator=g) * 3
+    noise = torch.randn(rows, width, generator=g) * 100
+    la, lb = masked_log_softmax(a, mask), masked_log_softmax(b, mask)
+    la2 = masked_log_softmax(torch.where(mask, a, noise), mask)
+    assert torch.equal(la, la2)
+    assert torch.allclose(torch.where(mask, la.exp(), 0).sum(dim=1), torch.ones(rows), atol=1e-5)
+    # Appending a padded column changes nothing either.
+    wide = torch.cat([mask, torch.zeros(rows, 1, dtype=torch.bool)], dim=1)
+    la3 = masked_log_softmax(torch.cat([a, torch.full((rows, 1), 1e3)], dim=1), wide)
+    lb3 = masked_log_softmax(torch.cat([b, torch.full((rows, 1), -1e3)], dim=1), wide)
+    assert torch.allclose(categorical_kl(la3, lb3, wide), categorical_kl(la, lb, mask))
+    assert torch.allclose(entropy(la3, wide), entropy(la, mask))
+    assert (categorical_kl(la, lb, mask) >= -1e-6).all()

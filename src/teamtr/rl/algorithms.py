@@ -79,7 +79,9 @@ class AlgoConfig:
     cg_damping: float = 0.1  # Fisher damping: solves (F + damping I) s = g
     backtrack_iters: int = 10  # line-search tries
     backtrack_ratio: float = 0.5  # step shrink per try
-    fisher_batch_size: int | None = None  # decisions in the Fisher-vector products; None = all
+    # Decisions (a random subset) in the Fisher-vector products; None = minibatch_size, so no
+    # evaluate call is larger than a minibatch. The line search checks the KL on every decision.
+    fisher_batch_size: int | None = None
     value_lr: float = 1e-3  # value-head LR (PPO/PG: its own param group; TRPO: its own Adam)
     value_epochs: int = 5  # TRPO: passes of the value head over each rollout
     seed: int = 0  # minibatch shuffling

@@ -124,8 +124,8 @@ class TRPO(Algorithm):
             # Detached: keeping the objective would keep every minibatch's graph alive.
             old_rows.append((len(mb), replace(t, objective=t.objective.detach())))
 
-        # (2) Fisher-vector products from the exact KL, on all decisions or a random subset.
-        size = n if c.fisher_batch_size is None else min(n, c.fisher_batch_size)
+        # (2) Fisher-vector products from the exact KL on a random subset (one evaluate call).
+        size = min(n, c.minibatch_size if c.fisher_batch_size is None else c.fisher_batch_size)
         fisher_mb = rollout.subset(torch.randperm(n, generator=self.generator)[:size])
         # Fused attention kernels (SDPA flash / memory-efficient) have no double backward; the
         # math kernel is built of plain differentiable ops, so the KL can be differentiated twice.
