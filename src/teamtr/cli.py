@@ -1,7 +1,10 @@
-"""The ``teamtr`` command line: ``envs``, ``eval``, ``play`` (``train``, ``report``, ``doctor`` later).
+"""The ``teamtr`` command line.
 
     teamtr envs
-    teamtr eval --policy oracle --env escape-room --episodes 500 --set env.agents=4
+    teamtr train --config configs/default.yaml [--set algo.clip_eps=0.1] [--resume RUN_DIR]
+    teamtr eval --policy oracle random --env escape-room --episodes 500 --set env.agents=4
+    teamtr eval --checkpoint runs/default --suite generalisation --episodes 200
+    teamtr report RUN_DIR | teamtr doctor RUN_DIR
     teamtr play escape-room --set env.names=heldout
 """
 
@@ -13,31 +16,17 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
+from pathlib import Path
 
+from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, spec
 from teamtr.eval.baselines import BASELINES, baseline
-from teamtr.eval.evaluate import run_episodes
+from teamtr.eval.suites import evaluate_table, suites
 from teamtr.team import Team
-from teamtr.telemetry.metrics import METRICS, summarize
+from teamtr.telemetry.metrics import METRICS
 
-
-def parse_sets(pairs: Sequence[str]) -> dict[str, Any]:
-    """``["env.agents=4", "env.names=heldout"]`` -> ``{"agents": 4, "names": "heldout"}``.
-
-    Values are read as YAML scalars (``4`` is an int, ``0.9`` a float, ``true`` a bool).
-    """
-    options: dict[str, Any] = {}
-    for pair in pairs:
-        key, sep, value = pair.partition("=")
-        if not sep or not key.startswith("env.") or len(key) <= 4:
-            raise TeamTRError(
-                f"--set {pair!r} is not understood; for now use --set env.OPTION=VALUE "
-                "(e.g. --set env.agents=4)."
-            )
-        options[key[4:]] = yaml.safe_load(value)
-    return options
+DEFAULT_CONFIG = "configs/default.yaml"
 
 
 def cmd_envs(_: argparse.Namespace) -> int:
@@ -58,25 +47,155 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
+LLM_POLICIES = ("zero-shot", "trained")
+
+
+def _config(path: str | None, sets: Sequence[str], run_dir: Path | None = None) -> Config:
+    if path is None and run_dir is not None and (run_dir / "config.yaml").is_file():
+        path = str(run_dir / "config.yaml")
+    if path is None and Path(DEFAULT_CONFIG).is_file():
+        path = DEFAULT_CONFIG
+    return load_config(path, list(sets))
+
+
+def resolve_checkpoint(path: str) -> tuple[Path, Path]:
+    """(checkpoint folder holding ``coordinator/`` or ``adapter/``, run directory) for a checkpoint
+    folder, a run directory (its latest checkpoint) or a ``Coordinator.save`` folder."""
+    p = Path(path)
+    if (p / "coordinator").is_dir():
+        return p / "coordinator", p.parent.parent
+    if (p / "checkpoints").is_dir():
+        from teamtr.train.checkpoint import latest_checkpoint
+
+        found = latest_checkpoint(p)
+        if found is not None:
+            return found / "coordinator", p
+    if (p / "adapter").is_dir():
+        return p, p.parent
+    raise TeamTRError(f"--checkpoint {path}: no checkpoint there (expected RUN_DIR, RUN_DIR/checkpoints/iter_N, "
+                      "or a folder with adapter/).")
+
+
+class _ZeroShot:
+    """The coordinator with its adapter switched off: the base model, zero-shot."""
+
+    def __init__(self, policy: Any) -> None:
+        self.policy = policy
+
+    def choose(self, states: list[Any]) -> list[int]:
+        with self.policy.coordinator.disable_adapter():
+            return self.policy.choose(states)
+
+
+def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | None, seed: int) -> dict[str, Any]:
+    policies: dict[str, Any] = {}
+    coordinator = None
+    for name in names_:
+        if name in LLM_POLICIES:
+            if coordinator is None:
+                from teamtr.train.trainer import CoordinatorPolicy, build_coordinator
+
+                coordinator = build_coordinator(config)
+                if checkpoint is not None:
+                    coordinator.load(checkpoint)
+                llm = CoordinatorPolicy(coordinator, greedy=True)
+            if name == "trained" and checkpoint is None:
+                raise TeamTRError("--policy trained needs --checkpoint RUN_DIR (or a checkpoint folder).")
+            policies[name] = llm if name == "trained" else _ZeroShot(llm)
+        else:
+            policies[name] = baseline(name, seed)
+    return policies
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
-    spec(args.env)  # unknown names fail here, with the list of known ones
-    options = parse_sets(args.set)
-    make(args.env, **options)  # bad options fail once, before any episode
-    seeds = range(args.seed, args.seed + args.episodes)
-    rows = {}
-    for name in args.policy:
-        rows[name] = summarize(run_episodes(args.env, options, baseline(name, args.seed), seeds))
+    checkpoint, run_dir = resolve_checkpoint(args.checkpoint) if args.checkpoint else (None, None)
+    config = _config(args.config, args.set, run_dir)
+    env = args.env or config.env.name
+    spec(env)  # unknown names fail here, with the list of known ones
+    options = config.env.options() if env == config.env.name else {}
+    make(env, **options)  # bad options fail once, before any episode
+    policy_names = args.policy or (["trained"] if checkpoint is not None else ["oracle"])
+    policies = build_policies(policy_names, config, checkpoint, args.seed)
+    seeds = list(range(args.seed, args.seed + args.episodes))
+    rows = evaluate_table(env, suites(env, options, args.suite), policies, seeds, rewards=config.rewards.composer())
     shown = ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
-    print(f"{args.env} ({shown}), {args.episodes} episodes from seed {args.seed}")
+    print(f"{env} ({shown}), {args.episodes} episodes from seed {args.seed}")
     print(format_table(rows))
     if args.json:
-        print(json.dumps(rows))
+        write_json(Path(args.json), {"env": env, "options": options, "episodes": args.episodes,
+                                     "seed": args.seed, "rows": rows})
+        print(f"wrote {args.json}")
     return 0
 
 
+def write_json(path: Path, payload: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(payload, indent=2))
+    tmp.replace(path)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from teamtr.train.trainer import Trainer
+
+    if args.resume:
+        run_dir = Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise TeamTRError(f"--resume {run_dir}: not a run directory (no config.yaml).")
+        config = load_config(run_dir / "config.yaml", [*args.set, f"run_dir={run_dir}"])
+    else:
+        config = load_config(args.config, args.set)
+        if (Path(config.run_dir) / "metrics.jsonl").exists() and not args.overwrite:
+            raise TeamTRError(f"run_dir {config.run_dir} already holds a run: --resume {config.run_dir} to "
+                              "continue it, --overwrite to start over, or --set run_dir=runs/NEW.")
+        if args.overwrite and Path(config.run_dir).exists():
+            import shutil
+
+            shutil.rmtree(config.run_dir)
+    print(f"run directory: {config.run_dir}")
+    trainer = Trainer(config, resume=bool(args.resume))
+    try:
+        trainer.run()
+        n = config.train.final_eval_episodes
+        if n:
+            from teamtr.train.trainer import CoordinatorPolicy
+
+            llm = CoordinatorPolicy(trainer.coordinator, greedy=True)
+            policies = {"trained": llm, "zero-shot": _ZeroShot(llm), "random": baseline("random", config.seed),
+                        "oracle": baseline("oracle")}
+            off = config.train.eval_seed_offset
+            rows = evaluate_table(config.env.name, {"heldout": config.env.options()}, policies,
+                                  list(range(off, off + n)), rewards=trainer.rewards)
+            print(f"\n{config.env.name}: {n} held-out seeds")
+            print(format_table(rows))
+            write_json(Path(config.run_dir) / "final_eval.json", {"episodes": n, "rows": rows})
+    finally:
+        trainer.close()
+    from teamtr.telemetry.report import write_report
+
+    print(f"report: {write_report(config.run_dir)}")
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    from teamtr.telemetry.report import write_report
+
+    print(write_report(args.run_dir))
+    return 0
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    from teamtr.telemetry.doctor import diagnose, format_findings
+
+    findings = diagnose(args.run_dir)
+    print(format_findings(findings))
+    return 1 if findings and args.strict else 0
+
+
 def cmd_play(args: argparse.Namespace) -> int:
-    options = parse_sets(args.set)
-    team = Team(make(args.env, **options))
+    config = load_config(None, args.set)
+    env = args.env or config.env.name
+    team = Team(make(env, **(config.env.options() if env == config.env.name else {})))
     state = team.reset(args.seed)
     print(state.task)
     total = 0.0
@@ -105,16 +224,33 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="teamtr", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("envs", help="list the worlds").set_defaults(run=cmd_envs)
+    tr = sub.add_parser("train", help="behaviour-cloning warm-up, then trust-region RL")
+    tr.add_argument("--config", default=DEFAULT_CONFIG)
+    tr.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
+    tr.add_argument("--overwrite", action="store_true", help="delete an existing run_dir first")
+    tr.set_defaults(run=cmd_train)
     ev = sub.add_parser("eval", help="evaluate coordinator policies on a world")
-    ev.add_argument("--policy", nargs="+", default=["oracle"], choices=sorted(BASELINES))
-    ev.add_argument("--env", default="escape-room")
+    ev.add_argument("--policy", nargs="+", choices=sorted((*BASELINES, *LLM_POLICIES)),
+                    help="default: trained with --checkpoint, else oracle")
+    ev.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder")
+    ev.add_argument("--config", help=f"config for LLM policies (default: the run's, else {DEFAULT_CONFIG})")
+    ev.add_argument("--env", help="world (default: the config's env.name)")
     ev.add_argument("--episodes", type=int, default=500)
-    ev.add_argument("--seed", type=int, default=0, help="first seed (seeds seed..seed+episodes-1)")
-    ev.add_argument("--set", action="append", default=[], metavar="env.KEY=VALUE")
-    ev.add_argument("--json", action="store_true", help="also print the table as JSON")
+    ev.add_argument("--seed", type=int, default=1_000_000, help="first seed (held-out seeds by default)")
+    ev.add_argument("--suite", default="heldout", choices=("heldout", "generalisation"))
+    ev.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    ev.add_argument("--json", metavar="FILE", help="also write the table as JSON")
     ev.set_defaults(run=cmd_eval)
+    rp = sub.add_parser("report", help="PNG curves and an HTML page for a run")
+    rp.add_argument("run_dir")
+    rp.set_defaults(run=cmd_report)
+    dr = sub.add_parser("doctor", help="name the troubleshooting symptoms a run shows")
+    dr.add_argument("run_dir")
+    dr.add_argument("--strict", action="store_true", help="exit 1 when something is found")
+    dr.set_defaults(run=cmd_doctor)
     play = sub.add_parser("play", help="be the coordinator yourself, in the terminal")
-    play.add_argument("env", nargs="?", default="escape-room")
+    play.add_argument("env", nargs="?", default=None)
     play.add_argument("--seed", type=int, default=0)
     play.add_argument("--set", action="append", default=[], metavar="env.KEY=VALUE")
     play.set_defaults(run=cmd_play)

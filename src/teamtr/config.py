@@ -71,6 +71,12 @@ class RewardsConfig(_Section):
     #: term -> iteration from which it counts (the seed's "sparse first, dense later")
     start_iteration: dict[str, int] = {}
 
+    def composer(self) -> Any:
+        """The ``RewardComposer`` these weights describe (it validates the term names)."""
+        from teamtr.rewards.terms import RewardComposer
+
+        return RewardComposer(self.weights or None, schedule=self.start_iteration or None)
+
 
 class RolloutConfig(_Section):
     episodes: int = Field(16, ge=1)  # episodes per iteration

@@ -90,6 +90,8 @@ def save_checkpoint(run_dir: Path, iteration: int, coordinator: Any, algo: Any,
                     trainer: dict[str, Any], keep: int = 2) -> Path:
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
+    for stale in root.glob(".tmp-*"):  # left by a run killed while writing; never a valid checkpoint
+        shutil.rmtree(stale, ignore_errors=True)
     final = root / f"{PREFIX}{iteration:06d}"
     tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
     try:

@@ -18,7 +18,6 @@ import torch
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
-from teamtr.rewards.terms import RewardComposer
 from teamtr.rl import AlgoConfig, Rollout, make_algorithm
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.log import Progress, RunLogger
@@ -37,10 +36,6 @@ def build_coordinator(config: Config) -> Any:
     return Coordinator(backbone, train_layers=m.train_layers, lora=lora,
                        normalization=config.policy.normalization, temperature=config.policy.temperature,
                        layer_lr_decay=m.layer_lr_decay)
-
-
-def make_rewards(config: Config) -> RewardComposer:
-    return RewardComposer(config.rewards.weights or None, schedule=config.rewards.start_iteration or None)
 
 
 class CoordinatorPolicy:
@@ -86,7 +81,7 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.options = config.env.options()
         make(config.env.name, **self.options)  # fail now, with the world's own message, on bad options
-        self.rewards = make_rewards(config)
+        self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
         self.coordinator = coordinator or build_coordinator(config)
         algo_opts = dict(config.algo.algo_options())

@@ -1,0 +1,52 @@
+"""Evaluation suites: the seed's generalisation tests, and policies x suites tables.
+
+``generalisation``: the trained setting, one more agent ("train with 3 agents, test with 4"), and the
+held-out vocabulary of agent, item and zone names ("train on A, B, C, test on D, E, F").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from teamtr.eval.baselines import Policy
+from teamtr.eval.evaluate import run_episodes
+from teamtr.rewards.terms import RewardComposer
+from teamtr.telemetry.metrics import summarize
+
+#: The option that sets the team's size, per world (worlds with a fixed team have none).
+TEAM_SIZE_OPTION = {"escape-room": ("agents", 3), "software-team": ("engineers", 2), "spread": ("agents", 3)}
+#: Worlds that offer the held-out name vocabulary.
+HELDOUT_NAMES = ("escape-room", "software-team")
+
+
+def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") -> dict[str, dict[str, Any]]:
+    """Suite name -> world options. ``heldout``: the training setting on held-out seeds only;
+    ``generalisation``: that, plus one more agent, plus held-out names."""
+    base = dict(options)
+    out = {"heldout": base}
+    if which == "heldout":
+        return out
+    if which != "generalisation":
+        from teamtr.core import TeamTRError
+
+        raise TeamTRError(f"--suite {which!r} is not one of heldout, generalisation.")
+    if env_name in TEAM_SIZE_OPTION:
+        key, default = TEAM_SIZE_OPTION[env_name]
+        n = int(base.get(key, default)) + 1
+        out[f"{key}={n}"] = {**base, key: n}
+    if env_name in HELDOUT_NAMES:
+        out["names=heldout"] = {**base, "names": "heldout"}
+    return out
+
+
+def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]],
+                   policies: Mapping[str, Policy], seeds: list[int],
+                   rewards: RewardComposer | None = None) -> dict[str, dict[str, float]]:
+    """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds``."""
+    rows: dict[str, dict[str, float]] = {}
+    for suite, opts in suite_options.items():
+        for name, policy in policies.items():
+            label = name if len(suite_options) == 1 else f"{name} @ {suite}"
+            rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards))
+    return rows
