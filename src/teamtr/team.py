@@ -172,17 +172,18 @@ class Team:
             events.append(Event("directive_followed", None, directive.task))
         for name in recipients(directive, self.world.agents):
             events += self.agents[name].receive(self.world, directive)
-        ticks = 0
+        ticks, native = 0, 0.0
         while True:
             actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
             events += self.world.step(actions)
+            native += float(getattr(self.world, "tick_reward", 0.0))
             ticks += 1
             for name in self.world.agents:
                 events += self.agents[name].after(self.world)
             if self.world.outcome() is not None or self.world.decision_due():
                 break
         self.ticks += ticks
-        reward, terms = self.rewards(events, directive, self.previous)
+        reward, terms = self.rewards(events, directive, self.previous, native)
         self.previous = directive
         self._remember(directive, events)
         outcome = self.world.outcome()

@@ -35,6 +35,7 @@ TERMS: tuple[str, ...] = (
     "invalid",
     "length",
     "repeat",
+    "env",
 )
 
 #: Dense but sane defaults: the final reward dominates, shaping terms are an order of magnitude smaller.
@@ -48,6 +49,7 @@ DEFAULT_WEIGHTS: dict[str, float] = {
     "invalid": -0.5,
     "length": -0.01,
     "repeat": -0.2,
+    "env": 1.0,  # the world's own team reward (Overcooked: 20 per soup; MPE: its spread reward)
 }
 
 LENGTH_FREE_WORDS = 8
@@ -108,19 +110,23 @@ class RewardComposer:
         return self.weights[term]
 
     def __call__(
-        self, events: Iterable[Event], directive: Directive, previous: Directive | None
+        self, events: Iterable[Event], directive: Directive, previous: Directive | None,
+        native: float = 0.0,
     ) -> tuple[float, dict[str, float]]:
         """Reward of one decision.
 
         Args:
             events: every event of the decision (role agents' and the world's, all ticks).
             directive: the chosen directive; ``previous``: the one chosen at the decision before.
+            native: the world's own reward over the decision's ticks (``world.tick_reward``
+                summed), for benchmark worlds that define one; the ``env`` term weighs it.
 
         Returns:
             ``(total, terms)`` where ``terms`` maps every term name to its weighted value and
             ``total == sum(terms.values())``.
         """
         counts = dict.fromkeys(TERMS, 0.0)
+        counts["env"] = float(native)
         kinds = [event.kind for event in events]
         for term, kind in _EVENT_OF_TERM.items():
             counts[term] = float(kinds.count(kind))

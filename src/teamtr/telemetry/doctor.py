@@ -277,8 +277,8 @@ def _directives(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
          "bad demonstrations"),
         ("penalise invalid and repeated directives", "use templated directives", "prioritised replay of "
          "successful trajectories in the behaviour-cloning warm-up"),
-        (_change(config, "rewards.invalid", "strengthen", 2.0),
-         _change(config, "rewards.repeat", "strengthen", 2.0),
+        (_change(config, "rewards.weights.invalid", "strengthen", 2.0),
+         _change(config, "rewards.weights.repeat", "strengthen", 2.0),
          ConfigChange("bc.success_weighted", "enable")),
     )
 
@@ -299,7 +299,7 @@ def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Fi
         ("environment or LLM inference bound", "long prompts (history, state text)"),
         ("more parallel teams stepped as one batch", "batched scoring", "cap history and directive length",
          "a smaller base model first"),
-        (_change(config, "rollout.teams", "raise", 2.0), ConfigChange("model.backbone", "smaller"),
+        (_change(config, "rollout.parallel", "raise", 2.0), ConfigChange("model.backbone", "smaller"),
          ConfigChange("model.dtype", "bfloat16 on a GPU")),
     )
 
