@@ -92,3 +92,17 @@ def test_bad_settings():
         Coordinator(bb, train_layers=3)
     with pytest.raises(TeamTRError, match="normalization"):
         Coordinator(bb, normalization="mean")
+
+
+def test_train_only_top_after_all_layer_cloning_uses_the_cache():
+    coord = Coordinator(load_backbone("tiny-random-4", device="cpu"))  # LoRA on all 4 layers
+    perturb_lora(coord, seed=2)  # as if behaviour cloning had trained every layer
+    want = coord.act(decisions(), greedy=True)
+    coord.train_only_top(1)
+    assert {g["layer"] for g in coord.policy_param_groups()} == {3}
+    out = coord.act(decisions(), keep=True, greedy=True)
+    assert torch.allclose(out.logp[out.mask], want.logp[want.mask], atol=1e-5)  # same policy
+    scores, _ = coord.evaluate(out.handles)
+    assert torch.allclose(masked_log_softmax(scores, out.mask)[out.mask], out.logp[out.mask], atol=1e-4)
+    with pytest.raises(TeamTRError, match="rl_layers"):
+        coord.train_only_top(5)

@@ -45,7 +45,9 @@ class ModelConfig(_Section):
     backbone: str = "smollm2-135m-instruct"
     device: str = "auto"
     dtype: str = "auto"
-    train_layers: int | Literal["all"] = "all"
+    train_layers: int | Literal["all"] = "all"  # decoder layers carrying LoRA (behaviour cloning trains them all)
+    rl_layers: int | Literal["all"] = "all"  # top layers RL updates; below them activations are cached
+    value_grad_to_trunk: bool = False  # let the value loss move the adapter too
     layer_lr_decay: float = Field(1.0, gt=0, le=1)  # lr of layer i = lr * decay^(layers above i)
     lora: LoraConfig = LoraConfig()
 

@@ -71,6 +71,7 @@ class Coordinator(nn.Module):
         normalization: str = "token",
         temperature: float = 1.0,
         layer_lr_decay: float = 1.0,
+        value_grad_to_trunk: bool = False,
     ) -> None:
         super().__init__()
         from peft import LoraConfig, get_peft_model
@@ -98,6 +99,8 @@ class Coordinator(nn.Module):
         self.normalization = normalization
         self.temperature = float(temperature)
         self.layer_lr_decay = float(layer_lr_decay)
+        self.value_grad_to_trunk = bool(value_grad_to_trunk)
+        self.n_layers = n_layers
         config = LoraConfig(
             r=self.lora.rank,
             lora_alpha=self.lora.alpha,
@@ -158,7 +161,10 @@ class Coordinator(nn.Module):
             kwargs = dict(capture_layer=self.first_trained)
         out = self.scorer.forward(packed, **kwargs)
         scores = out.normalized(self.normalization) / self.temperature
-        values = self.value_head(out.value_hidden.float()).squeeze(-1)
+        # The value head reads the shared trunk; by default its loss does not move the adapter, so
+        # early value errors (returns of +-10) cannot drag a behaviour-cloned policy around.
+        hidden = out.value_hidden.float()
+        values = self.value_head(hidden if self.value_grad_to_trunk else hidden.detach()).squeeze(-1)
         return scores, out.mask, values, (packed, out)
 
     # ----------------------------------------------------------------- acting
@@ -255,6 +261,28 @@ class Coordinator(nn.Module):
         finally:
             self.scorer.invalidate()
 
+    def train_only_top(self, layers: int | str) -> None:
+        """Freeze the adapters below the top ``layers`` decoder layers (``all``: none) and cache the
+        hidden states entering them from now on: e.g. behaviour cloning on every layer, then RL
+        updates of the top layers only, which re-run just those layers (``benchmarks/update.py``)."""
+        n = self.n_layers
+        if layers == "all":
+            layers = n - self.first_trained
+        if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n - self.first_trained:
+            raise TeamTRError(
+                f"model.rl_layers {layers!r} must be 'all' or an integer from 1 to {n - self.first_trained} "
+                "(the layers that carry adapters)."
+            )
+        first = n - layers
+        for name, p in self.peft.named_parameters():
+            m = re.search(r"\.layers\.(\d+)\.", name)
+            if "lora_" in name and m:
+                p.requires_grad_(int(m.group(1)) >= first)
+        self.first_trained = first
+        self._store.clear()
+        self._prefix_hidden.clear()
+        self.weights_changed()
+
     def weights_changed(self) -> None:
         """Call after every optimiser step or load: memoised prefix keys/values are stale."""
         self.scorer.invalidate()
@@ -283,6 +311,7 @@ class Coordinator(nn.Module):
             "normalization": self.normalization,
             "temperature": self.temperature,
             "layer_lr_decay": self.layer_lr_decay,
+            "value_grad_to_trunk": self.value_grad_to_trunk,
         }
 
     def save(self, directory: str | Path) -> None:

@@ -23,7 +23,7 @@ from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.log import Progress, RunLogger
 from teamtr.telemetry.metrics import EpisodeTracker, summarize
 from teamtr.train import bc as bc_mod
-from teamtr.train.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
+from teamtr.train.checkpoint import latest_checkpoint, load_checkpoint, load_state, save_checkpoint
 
 
 def build_coordinator(config: Config) -> Any:
@@ -35,7 +35,7 @@ def build_coordinator(config: Config) -> Any:
     lora = LoraSettings(m.lora.rank, m.lora.alpha, m.lora.dropout, tuple(m.lora.target_modules))
     return Coordinator(backbone, train_layers=m.train_layers, lora=lora,
                        normalization=config.policy.normalization, temperature=config.policy.temperature,
-                       layer_lr_decay=m.layer_lr_decay)
+                       layer_lr_decay=m.layer_lr_decay, value_grad_to_trunk=m.value_grad_to_trunk)
 
 
 class CoordinatorPolicy:
@@ -88,8 +88,7 @@ class Trainer:
         algo_opts.setdefault("total_updates", max(1, config.train.iterations))
         algo_opts.setdefault("seed", config.seed)
         self.algo_config = AlgoConfig.from_dict(algo_opts)
-        self.algo = make_algorithm(config.algo.name, self.coordinator.policy_param_groups(),
-                                   self.coordinator.value_parameters(), self.algo_config)
+        self.algo: Any = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.generator = torch.Generator().manual_seed(config.seed)
         self.iteration = 0
         self.train_seed = config.seed * 100_003  # training episodes never reuse held-out seeds
@@ -101,13 +100,17 @@ class Trainer:
         if resume and ckpt is None and (self.run_dir / "metrics.jsonl").exists():
             resume_at = -1  # killed before the first checkpoint: start over, drop its lines
         if ckpt is not None:
-            state = load_checkpoint(ckpt, self.coordinator, self.algo)
+            state = load_checkpoint(ckpt, self.coordinator)
             self.iteration = state["iteration"]
             self.train_seed = state["train_seed"]
             self.episode_id = state["episode_id"]
             self.bc_done = state["bc_done"]
             self.generator.set_state(state["generator"])
             resume_at = self.iteration
+        if self.bc_done or not config.bc.enabled:
+            self._start_rl()
+            if ckpt is not None:
+                self.algo.load_state_dict(load_state(ckpt, "algo"))
         if self.bc_done and config.algo.ref == "bc" and (self.run_dir / "bc").is_dir():
             self.bc_state = self._load_bc_state()
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -123,6 +126,12 @@ class Trainer:
             self._truncate_transcripts(resume_at)
 
     # ------------------------------------------------------------------ pieces
+    def _start_rl(self) -> None:
+        """Freeze all but the top ``model.rl_layers`` adapters, then build the algorithm over what trains."""
+        self.coordinator.train_only_top(self.config.model.rl_layers)
+        self.algo = make_algorithm(self.config.algo.name, self.coordinator.policy_param_groups(),
+                                   self.coordinator.value_parameters(), self.algo_config)
+
     def make_team(self, **overrides: Any) -> Team:
         return Team(make(self.config.env.name, **{**self.options, **overrides}), rewards=self.rewards,
                     history_len=self.config.team.history_len)
@@ -202,12 +211,18 @@ class Trainer:
                 out = self.coordinator.act(states, keep=True, generator=self.generator)
                 ref = self._ref_logp(states, out.logp)
                 results = batch.step(out.choices)
+                # A time limit that is not part of the task truncates: bootstrap from V(s_T) there.
+                cut = [k for k, r in enumerate(results) if r[3]["truncated"]]
+                boot = torch.zeros(len(results))
+                if cut:
+                    boot[cut] = self.coordinator.act([results[k][0] for k in cut]).values.float().cpu()
                 for k, (i, (_, reward, done, info)) in enumerate(zip(live, results)):
                     c = len(states[k].candidates)
                     rollout.append(
                         logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=out.choices[k],
                         values=out.values[k], rewards=reward, terminated=info["terminated"],
                         truncated=info["truncated"], episode_id=ids[i], handles=out.handles[k],
+                        bootstrap_values=boot[k],
                     )
                     trackers[i].update(info["directive"], info["events"], reward, info["ticks"])
                     steps[i].append({"tick": states[k].tick, "state": states[k].state,
@@ -234,6 +249,8 @@ class Trainer:
     def run(self) -> dict[str, float]:
         cfg = self.config.train
         self.warm_up()
+        if self.algo is None:
+            self._start_rl()
         total = max(1, cfg.iterations)
         progress = Progress(total, start_iteration=self.iteration)
         last_eval: dict[str, float] = {}
