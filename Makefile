@@ -22,10 +22,10 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 test: setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -q
 
 test-slow: setup
-	$(BIN)/python -m pytest -m slow
+	$(BIN)/python -m pytest -q -m slow
 
 bench: setup
 	$(BIN)/python benchmarks/envs.py

@@ -18,6 +18,7 @@ from typing import Any
 
 from pathlib import Path
 
+from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, spec
@@ -129,10 +130,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def write_json(path: Path, payload: Any) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(payload, indent=2))
-    tmp.replace(path)
+    atomic_write_text(path, json.dumps(payload, indent=2))
 
 
 def cmd_train(args: argparse.Namespace) -> int:

@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,6 +20,7 @@ from typing import Any
 
 import torch
 
+from teamtr.atomic import atomic_directory
 from teamtr.core import TeamTRError
 
 DEFAULT_BACKBONE = "smollm2-135m-instruct"
@@ -115,19 +114,11 @@ def _load_smollm2(dtype: torch.dtype) -> tuple[Any, Any, str]:
     model.is_quantized = False
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
-    # Write to a temporary folder beside the target, then rename: a killed first load never
-    # leaves a half-written cache that later loads would trust.
-    cached.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".smollm2-", dir=cached.parent))
-    try:
+    # Written beside the target and renamed into place: a killed first load never leaves a
+    # half-written cache that later loads would trust.
+    with atomic_directory(cached) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if cached.exists():
-            shutil.rmtree(cached)
-        os.replace(tmp, cached)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     return model.to(dtype), tokenizer, "gguf"
 
 

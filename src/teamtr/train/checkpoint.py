@@ -10,10 +10,8 @@ is always complete; the last ``keep`` are kept.
 from __future__ import annotations
 
 import json
-import os
 import random
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +19,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from teamtr.atomic import atomic_directory
 from teamtr.core import TeamTRError
 
 PREFIX = "iter_"
@@ -93,21 +92,10 @@ def save_checkpoint(run_dir: Path, iteration: int, coordinator: Any, algo: Any,
     for stale in root.glob(".tmp-*"):  # left by a run killed while writing; never a valid checkpoint
         shutil.rmtree(stale, ignore_errors=True)
     final = root / f"{PREFIX}{iteration:06d}"
-    tmp = Path(tempfile.mkdtemp(prefix=".tmp-", dir=root))
-    try:
+    with atomic_directory(final) as tmp:
         coordinator.save(tmp / "coordinator")
         save_state(algo.state_dict(), tmp, "algo")
         save_state({"trainer": trainer, "rng": rng_state(), "iteration": iteration}, tmp, "trainer")
-        for f in tmp.rglob("*"):
-            if f.is_file():
-                with open(f, "rb") as fh:
-                    os.fsync(fh.fileno())
-        if final.exists():
-            shutil.rmtree(final)
-        os.replace(tmp, final)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
     for old in list_checkpoints(run_dir)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final

@@ -15,6 +15,7 @@ from typing import Any, Iterator, Sequence
 
 import torch
 
+from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
@@ -114,7 +115,7 @@ class Trainer:
         if self.bc_done and config.algo.ref == "bc" and (self.run_dir / "bc").is_dir():
             self.bc_state = self._load_bc_state()
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(dump_config(config))
+        atomic_write_text(self.run_dir / "config.yaml", dump_config(config))
         if resume_at == -1:
             for f in ("metrics.jsonl", "transcripts.jsonl"):
                 (self.run_dir / f).unlink(missing_ok=True)
@@ -151,9 +152,7 @@ class Trainer:
             return
         keep = [line for line in path.read_text().splitlines()
                 if line.strip() and json.loads(line).get("iteration", 0) <= iteration]
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text("".join(line + "\n" for line in keep))
-        tmp.replace(path)
+        atomic_write_text(path, "".join(line + "\n" for line in keep))
 
     def warm_up(self) -> None:
         """Behaviour cloning before RL (once per run; a resumed run skips it)."""
