@@ -34,7 +34,7 @@ bench: setup
 	$(BIN)/python benchmarks/update.py
 
 train: setup
-	$(BIN)/teamtr train --config configs/default.yaml
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config configs/default.yaml --set run_dir=runs/default-$$(date +%Y%m%d-%H%M%S)
 
 clean:
 	rm -rf $(VENV) runs results .pytest_cache

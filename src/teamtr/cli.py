@@ -93,16 +93,15 @@ def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | Non
     coordinator = None
     for name in names_:
         if name in LLM_POLICIES:
-            if coordinator is None:
-                from teamtr.train.trainer import CoordinatorPolicy, build_coordinator
+            from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy, build_coordinator
 
+            if coordinator is None:
                 coordinator = build_coordinator(config)
                 if checkpoint is not None:
                     coordinator.load(checkpoint)
-                llm = CoordinatorPolicy(coordinator, greedy=True)
             if name == "trained" and checkpoint is None:
                 raise TeamTRError("--policy trained needs --checkpoint RUN_DIR (or a checkpoint folder).")
-            policies[name] = llm if name == "trained" else _ZeroShot(llm)
+            policies[name] = MergedPolicy(coordinator) if name == "trained" else _ZeroShot(CoordinatorPolicy(coordinator))
         else:
             policies[name] = baseline(name, seed)
     return policies
@@ -118,7 +117,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     policy_names = args.policy or (["trained"] if checkpoint is not None else ["oracle"])
     policies = build_policies(policy_names, config, checkpoint, args.seed)
     seeds = list(range(args.seed, args.seed + args.episodes))
-    rows = evaluate_table(env, suites(env, options, args.suite), policies, seeds, rewards=config.rewards.composer())
+    rows = evaluate_table(env, suites(env, options, args.suite), policies, seeds, rewards=config.rewards.composer(),
+                          history_len=config.team.history_len)
     shown = ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
     print(f"{env} ({shown}), {args.episodes} episodes from seed {args.seed}")
     print(format_table(rows))
@@ -156,14 +156,16 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer.run()
         n = config.train.final_eval_episodes
         if n:
-            from teamtr.train.trainer import CoordinatorPolicy
+            from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy
 
-            llm = CoordinatorPolicy(trainer.coordinator, greedy=True)
-            policies = {"trained": llm, "zero-shot": _ZeroShot(llm), "random": baseline("random", config.seed),
+            policies = {"trained": MergedPolicy(trainer.coordinator),
+                        "zero-shot": _ZeroShot(CoordinatorPolicy(trainer.coordinator)),
+                        "random": baseline("random", config.seed),
                         "oracle": baseline("oracle")}
             off = config.train.eval_seed_offset
             rows = evaluate_table(config.env.name, {"heldout": config.env.options()}, policies,
-                                  list(range(off, off + n)), rewards=trainer.rewards)
+                                  list(range(off, off + n)), rewards=trainer.rewards,
+                                  history_len=config.team.history_len)
             print(f"\n{config.env.name}: {n} held-out seeds")
             print(format_table(rows))
             write_json(Path(config.run_dir) / "final_eval.json", {"episodes": n, "rows": rows})

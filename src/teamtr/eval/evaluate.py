@@ -18,13 +18,15 @@ def run_episodes(
     policy: Policy,
     seeds: Sequence[int],
     rewards: RewardComposer | None = None,
+    history_len: int = 3,
 ) -> list[EpisodeMetrics]:
     """One episode per seed of world ``env_name`` (built with ``options``), ``policy`` coordinating.
 
     All episodes step together in a ``TeamBatch``: each round, ``policy.choose`` gets the states of
     every live episode at once. Returns the metrics per seed, in ``seeds`` order.
     """
-    teams = [Team(make(env_name, **dict(options or {})), rewards=rewards) for _ in seeds]
+    teams = [Team(make(env_name, **dict(options or {})), rewards=rewards, history_len=history_len)
+             for _ in seeds]
     batch = TeamBatch(teams)
     batch.reset(list(seeds))
     trackers = [EpisodeTracker(len(team.world.agents)) for team in teams]

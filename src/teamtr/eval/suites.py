@@ -42,11 +42,12 @@ def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") ->
 
 def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]],
                    policies: Mapping[str, Policy], seeds: list[int],
-                   rewards: RewardComposer | None = None) -> dict[str, dict[str, float]]:
+                   rewards: RewardComposer | None = None, history_len: int = 3) -> dict[str, dict[str, float]]:
     """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds``."""
     rows: dict[str, dict[str, float]] = {}
     for suite, opts in suite_options.items():
         for name, policy in policies.items():
             label = name if len(suite_options) == 1 else f"{name} @ {suite}"
-            rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards))
+            rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
+                                                       history_len=history_len))
     return rows

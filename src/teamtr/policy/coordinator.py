@@ -283,6 +283,18 @@ class Coordinator(nn.Module):
         self._prefix_hidden.clear()
         self.weights_changed()
 
+    @contextlib.contextmanager
+    def merged(self) -> Iterator[None]:
+        """Inference with the adapter folded into the base weights (no LoRA matmuls per layer:
+        ~15% faster on a CPU); for evaluation, never during training."""
+        self.peft.merge_adapter()
+        self.weights_changed()
+        try:
+            yield
+        finally:
+            self.peft.unmerge_adapter()
+            self.weights_changed()
+
     def weights_changed(self) -> None:
         """Call after every optimiser step or load: memoised prefix keys/values are stale."""
         self.scorer.invalidate()

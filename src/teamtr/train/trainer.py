@@ -54,6 +54,14 @@ class CoordinatorPolicy:
         return out
 
 
+class MergedPolicy(CoordinatorPolicy):
+    """Evaluation with the adapter merged into the weights for the duration of each call."""
+
+    def choose(self, states: list[TeamState]) -> list[int]:
+        with self.coordinator.merged():
+            return super().choose(states)
+
+
 @contextlib.contextmanager
 def adapter_weights(coordinator: Any, state: dict[str, torch.Tensor]) -> Iterator[None]:
     """Temporarily put another adapter's weights (e.g. the BC snapshot) into the coordinator."""
@@ -241,7 +249,8 @@ class Trainer:
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
         result = run_episodes(self.config.env.name, {**self.options, **overrides},
-                              CoordinatorPolicy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards)
+                              CoordinatorPolicy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
+                              history_len=self.config.team.history_len)
         return summarize(result)
 
     # ------------------------------------------------------------------ loop
