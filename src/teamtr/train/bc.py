@@ -113,7 +113,7 @@ def behaviour_clone(coordinator: Any, demos: Sequence[Demo], *, epochs: int, bat
         coordinator.weights_changed()
         coordinator.forget()
         acc = float((logp.argmax(-1) == labels).float().mean())
-        metrics = {"bc/loss": float(loss), "bc/accuracy": acc, "bc/step": step + 1}
+        metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/step": step + 1}
         if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
             metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout)
         if log is not None:

@@ -184,9 +184,12 @@ class Trainer:
         if self.config.algo.ref == "bc":
             self.bc_state = adapter_state(self.coordinator)
 
+    def _skips_reference(self) -> bool:
+        return self.algo_config.kl_coef == 0 and self.algo_config.kl_control == "fixed"
+
     @torch.no_grad()
     def _ref_logp(self, states: Sequence[TeamState], logp: torch.Tensor) -> torch.Tensor:
-        if self.algo_config.kl_coef == 0 and self.algo_config.kl_control == "fixed":
+        if self._skips_reference():
             return logp  # no KL term: skip the reference pass (it would double acting time)
         if self.config.algo.ref == "bc" and self.bc_state is not None:
             with adapter_weights(self.coordinator, self.bc_state):
@@ -272,6 +275,8 @@ class Trainer:
                 rollout.compute_advantages(self.algo_config.gamma, self.algo_config.lam,
                                            self.algo_config.normalize_advantages)
                 metrics = self.algo.update(lambda mb: self.coordinator.evaluate(mb.handles), rollout)
+                if self._skips_reference():
+                    metrics["policy/kl_ref_new"] = float("nan")  # not measured: no reference pass was run
                 self.coordinator.weights_changed()
                 self.coordinator.forget()
                 ep = {f"episode/{k if k != 'episode_return' else 'return'}": v
