@@ -7,7 +7,7 @@ import gymnasium as gym
 import pytest
 
 import teamtr.envs.gym  # noqa: F401  (registers the gymnasium ids)
-from teamtr.cli import main, parse_sets
+from teamtr.cli import main
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, register
 from teamtr.envs.registry import _REGISTRY, WorldSpec
@@ -47,14 +47,23 @@ def test_missing_extra_names_the_pip_install(missing_extra, capsys):
     assert any(line.startswith("ghost") and "needs pip install 'teamtr[ghost]'" in line for line in out)
 
 
-def test_eval_prints_a_table_and_json(capsys):
-    assert main(["eval", "--policy", "oracle", "noop", "--episodes", "20", "--set", "env.agents=4", "--json"]) == 0
+def test_eval_prints_a_table_and_json(capsys, tmp_path):
+    out_file = tmp_path / "eval.json"
+    assert main(["eval", "--policy", "oracle", "noop", "--episodes", "20", "--seed", "0", "--set",
+                 "env.agents=4", "--json", str(out_file)]) == 0
     out = capsys.readouterr().out.splitlines()
-    assert out[0] == "escape-room (agents=4), 20 episodes from seed 0"
+    assert out[0].startswith("escape-room (") and "agents=4" in out[0]
+    assert out[0].endswith("20 episodes from seed 0")
     assert out[1].split()[:3] == ["policy", "success", "return"]
-    rows = json.loads(out[-1])
+    rows = json.loads(out_file.read_text())["rows"]
     assert rows["oracle"]["success"] == 1.0 and rows["noop"]["success"] == 0.0
     assert rows["oracle"]["length"] == 9.0
+
+
+def test_generalisation_suite_adds_an_agent_and_heldout_names(capsys):
+    assert main(["eval", "--policy", "oracle", "--episodes", "10", "--suite", "generalisation"]) == 0
+    out = capsys.readouterr().out
+    assert "oracle @ heldout" in out and "oracle @ agents=4" in out and "oracle @ names=heldout" in out
 
 
 def test_eval_errors_are_one_line_for_people(capsys):
@@ -62,10 +71,10 @@ def test_eval_errors_are_one_line_for_people(capsys):
     assert "Unknown world 'nope'" in capsys.readouterr().err
     assert main(["eval", "--set", "env.agents=0"]) == 2
     assert "agents=0 is out of range; allowed: 2..6" in capsys.readouterr().err
-    with pytest.raises(TeamTRError, match="use --set env.OPTION=VALUE"):
-        parse_sets(["agents=4"])
-    assert parse_sets(["env.agents=4", "env.compliance=0.5", "env.names=heldout"]) == {
-        "agents": 4, "compliance": 0.5, "names": "heldout"}
+    assert main(["eval", "--set", "agents"]) == 2
+    assert "is not of the form key.path=value" in capsys.readouterr().err
+    assert main(["eval", "--set", "env.agentz=4"]) == 2
+    assert "agentz" in capsys.readouterr().err
 
 
 def test_play_lets_a_person_coordinate(monkeypatch, capsys):
