@@ -163,12 +163,18 @@ def cmd_train(args: argparse.Namespace) -> int:
                         "random": baseline("random", config.seed),
                         "oracle": baseline("oracle")}
             off = config.train.eval_seed_offset
-            rows = evaluate_table(config.env.name, {"heldout": config.env.options()}, policies,
-                                  list(range(off, off + n)), rewards=trainer.rewards,
-                                  history_len=config.team.history_len)
-            print(f"\n{config.env.name}: {n} held-out seeds")
+            counts = {name: n for name in policies}
+            counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
+            rows = {}
+            for name, policy in policies.items():
+                if counts[name]:
+                    rows.update(evaluate_table(config.env.name, {"heldout": config.env.options()}, {name: policy},
+                                               list(range(off, off + counts[name])), rewards=trainer.rewards,
+                                               history_len=config.team.history_len))
+            shown = ", ".join(f"{k} {v}" for k, v in counts.items())
+            print(f"\n{config.env.name}: held-out seeds from {off} ({shown} episodes)")
             print(format_table(rows))
-            write_json(Path(config.run_dir) / "final_eval.json", {"episodes": n, "rows": rows})
+            write_json(Path(config.run_dir) / "final_eval.json", {"episodes": counts, "rows": rows})
     finally:
         trainer.close()
     from teamtr.telemetry.report import write_report

@@ -102,7 +102,8 @@ class TrainConfig(_Section):
     eval_episodes: int = Field(32, ge=1)
     checkpoint_every: int = Field(5, ge=1)
     keep_checkpoints: int = Field(2, ge=1)
-    final_eval_episodes: int = Field(200, ge=0)
+    final_eval_episodes: int = Field(200, ge=0)  # held-out seeds for the end-of-run table
+    final_zero_shot_episodes: int = Field(50, ge=0)  # zero-shot fails every episode at full length: the priciest row
     eval_seed_offset: int = Field(1_000_000, ge=0)  # held-out seeds start here; training seeds below
 
 
