@@ -28,10 +28,12 @@ test-slow: setup
 	$(BIN)/python -m pytest -q -m slow
 
 bench: setup
-	$(BIN)/python benchmarks/envs.py
+	$(BIN)/python benchmarks/envs.py --seconds 3
 	$(BIN)/python benchmarks/trust_region_toy.py
-	$(BIN)/python benchmarks/scoring.py
-	$(BIN)/python benchmarks/update.py
+	$(BIN)/python benchmarks/real_worlds.py --seeds 100
+	$(BIN)/python benchmarks/scoring.py --repeats 3 --naive-repeats 1
+	$(BIN)/python benchmarks/update.py --skip bc --decisions 64 --out results/update_throughput.json
+	$(BIN)/python benchmarks/update.py --skip throughput --quick
 
 train: setup
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config configs/default.yaml --set run_dir=runs/default-$$(date +%Y%m%d-%H%M%S)
