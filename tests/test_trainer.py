@@ -133,3 +133,21 @@ def test_resume_restores_trainer_state(tmp_path):
     state = load_checkpoint(ckpt, other.coordinator, other.algo)
     assert (state["train_seed"], state["episode_id"], state["iteration"]) == (seed, episode, 1)
     other.close()
+
+
+def test_cli_train_prints_the_final_table_and_report(tmp_path, capsys):
+    from teamtr.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("{}\n")
+    sets = [*TINY, "train.iterations=1", "train.final_eval_episodes=3", "train.final_zero_shot_episodes=2",
+            "env.max_steps=14", f"run_dir={tmp_path / 'run'}"]
+    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
+    out = capsys.readouterr().out
+    assert "(trained 3, zero-shot 2, random 3, oracle 3 episodes)" in out
+    final = json.loads((tmp_path / "run" / "final_eval.json").read_text())
+    assert final["episodes"] == {"trained": 3, "zero-shot": 2, "random": 3, "oracle": 3}
+    assert final["rows"]["oracle"]["success"] == 1.0
+    assert (tmp_path / "run" / "report" / "index.html").is_file()
+    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 2  # run exists
+    assert "already holds a run" in capsys.readouterr().err
