@@ -106,3 +106,15 @@ def test_train_only_top_after_all_layer_cloning_uses_the_cache():
     assert torch.allclose(masked_log_softmax(scores, out.mask)[out.mask], out.logp[out.mask], atol=1e-4)
     with pytest.raises(TeamTRError, match="rl_layers"):
         coord.train_only_top(5)
+
+
+def test_merged_adapter_gives_the_same_policy_and_restores_weights():
+    coord = Coordinator(load_backbone("tiny-random", device="cpu"))
+    perturb_lora(coord, seed=3)
+    before = {k: v.detach().clone() for k, v in coord.backbone.model.state_dict().items()}
+    want = coord.act(decisions(), greedy=True)
+    with coord.merged():
+        got = coord.act(decisions(), greedy=True)
+    assert torch.allclose(got.logp[want.mask], want.logp[want.mask], atol=1e-4)
+    after = coord.backbone.model.state_dict()
+    assert max((after[k] - v).abs().max().item() for k, v in before.items()) < 1e-5

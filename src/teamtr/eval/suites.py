@@ -6,6 +6,7 @@ held-out vocabulary of agent, item and zone names ("train on A, B, C, test on D,
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -45,9 +46,11 @@ def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]]
                    rewards: RewardComposer | None = None, history_len: int = 3) -> dict[str, dict[str, float]]:
     """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds``."""
     rows: dict[str, dict[str, float]] = {}
-    for suite, opts in suite_options.items():
-        for name, policy in policies.items():
-            label = name if len(suite_options) == 1 else f"{name} @ {suite}"
-            rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
-                                                       history_len=history_len))
+    for name, policy in policies.items():
+        # A policy may hold a session open over all its episodes (e.g. an adapter merged once).
+        with getattr(policy, "session", contextlib.nullcontext)():
+            for suite, opts in suite_options.items():
+                label = name if len(suite_options) == 1 else f"{name} @ {suite}"
+                rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
+                                                     history_len=history_len))
     return rows

@@ -56,11 +56,11 @@ class CoordinatorPolicy:
 
 
 class MergedPolicy(CoordinatorPolicy):
-    """Evaluation with the adapter merged into the weights for the duration of each call."""
+    """Evaluation with the adapter merged into the weights: ``evaluate_table`` enters ``session()``
+    once around all of this policy's episodes, so the merge is paid (and rounded) once, not per tick."""
 
-    def choose(self, states: list[TeamState]) -> list[int]:
-        with self.coordinator.merged():
-            return super().choose(states)
+    def session(self) -> Any:
+        return self.coordinator.merged()
 
 
 @contextlib.contextmanager
