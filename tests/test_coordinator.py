@@ -118,3 +118,25 @@ def test_merged_adapter_gives_the_same_policy_and_restores_weights():
     assert torch.allclose(got.logp[want.mask], want.logp[want.mask], atol=1e-4)
     after = coord.backbone.model.state_dict()
     assert max((after[k] - v).abs().max().item() for k, v in before.items()) < 1e-5
+
+
+def test_bfloat16_trunk_scores_near_float32_and_never_merges():
+    torch.manual_seed(0)  # the same LoRA initialisation in both
+    full = Coordinator(load_backbone("tiny-random", device="cpu", dtype="float32"))
+    torch.manual_seed(0)
+    half = Coordinator(load_backbone("tiny-random", device="cpu", dtype="bfloat16"))
+    perturb_lora(full, seed=5)
+    perturb_lora(half, seed=5)
+    want = full.act(decisions(), greedy=True)
+    got = half.act(decisions(), greedy=True, keep=True)
+    assert got.logp.dtype == torch.float32
+    gap = (got.logp - want.logp)[want.mask].abs().max().item()
+    assert 0 < gap < 0.02  # bf16 trunk rounding, not bf16 logits (those are off by ~0.1 nat alone)
+    scores, _ = half.evaluate(got.handles)  # the update recomputes exactly what acting chose from
+    assert torch.equal(masked_log_softmax(scores, got.mask)[got.mask], got.logp[got.mask])
+    before = {k: v.detach().clone() for k, v in half.backbone.model.state_dict().items()}
+    with half.merged():
+        merged = half.act(decisions(), greedy=True)
+    assert torch.equal(merged.logp[got.mask], got.logp[got.mask])
+    after = half.backbone.model.state_dict()
+    assert all(torch.equal(after[k], v) for k, v in before.items())

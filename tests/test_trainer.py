@@ -123,6 +123,16 @@ def test_bad_config_names_the_key(tmp_path):
         Trainer(config(tmp_path, "env.max_stepz=3"))
 
 
+def test_exponent_floats_parse_in_files_and_overrides(tmp_path):
+    # PyYAML alone reads 5e-4 as a string (YAML 1.1), and validation would reject a learning rate.
+    path = tmp_path / "c.yaml"
+    path.write_text("algo: {lr: 5e-4, target_kl: 1E-2}\nenv: {name: escape-room, agents: 3}\n")
+    cfg = load_config(path, ["algo.clip_eps=1e-1"])
+    assert cfg.algo.lr == pytest.approx(5e-4) and cfg.algo.target_kl == pytest.approx(0.01)
+    assert cfg.algo.clip_eps == pytest.approx(0.1)
+    assert cfg.env.options()["agents"] == 3
+
+
 def test_resume_restores_trainer_state(tmp_path):
     trainer = Trainer(config(tmp_path, "train.iterations=1"))
     trainer.run()

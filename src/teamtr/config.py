@@ -6,6 +6,7 @@ names the key, the value and what is allowed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -136,8 +137,24 @@ class Config(_Section):
         return v
 
 
+class _Loader(yaml.SafeLoader):
+    """YAML with YAML 1.2 floats: PyYAML (YAML 1.1) reads ``5e-4`` or ``1e3`` as strings, and a
+    learning rate written that way would then fail validation."""
+
+
+_Loader.add_implicit_resolver(
+    "tag:yaml.org,2002:float",
+    re.compile(r"""^[-+]?(?:[0-9][0-9_]*(?:\.[0-9_]*)?|\.[0-9_]+)[eE][-+]?[0-9]+$"""),
+    list("-+0123456789."),
+)
+
+
+def load_yaml(text: str) -> Any:
+    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+
+
 def _parse_value(text: str) -> Any:
-    return yaml.safe_load(text) if text.strip() else ""
+    return load_yaml(text) if text.strip() else ""
 
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -189,7 +206,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         p = Path(path)
         if not p.is_file():
             raise TeamTRError(f"Config file {p} does not exist; see configs/ for the shipped ones.")
-        tree = yaml.safe_load(p.read_text()) or {}
+        tree = load_yaml(p.read_text()) or {}
         if not isinstance(tree, dict):
             raise TeamTRError(f"Config file {p} must hold a mapping of sections (seed, env, model, ...).")
     return validate(apply_overrides(tree, overrides or []))
