@@ -15,7 +15,7 @@ from teamtr.config import load_config
 from teamtr.core import TeamTRError
 from teamtr.rl.losses import masked_log_softmax
 from teamtr.train.checkpoint import latest_checkpoint, load_checkpoint
-from teamtr.train.trainer import Trainer
+from teamtr.train.trainer import Trainer, build_coordinator
 
 TINY = [
     "model.backbone=tiny-random", "bc.enabled=false", "rollout.episodes=6", "rollout.parallel=6",
@@ -161,3 +161,50 @@ def test_cli_train_prints_the_final_table_and_report(tmp_path, capsys):
     assert (tmp_path / "run" / "report" / "index.html").is_file()
     assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 2  # run exists
     assert "already holds a run" in capsys.readouterr().err
+
+
+def test_curriculum_moves_on_by_success_or_iterations():
+    from teamtr.config import CurriculumStage
+    from teamtr.train.curriculum import Curriculum
+
+    stages = [CurriculumStage(env={"agents": 2, "items": 2}, success=0.5, window=2),
+              CurriculumStage(env={"items": 2}, max_iterations=3)]
+    cur = Curriculum(stages, {"agents": 3, "items": 3})
+    assert cur.options() == {"agents": 2, "items": 2}
+    assert not cur.record(0.9)  # one iteration is not yet a window of 2
+    assert not cur.record(0.0)  # mean of the last 2: 0.45 < 0.5
+    assert not cur.record(0.6)  # 0.3
+    assert cur.record(0.8)  # 0.7: on to stage 1
+    assert cur.options() == {"agents": 3, "items": 2} and cur.state_dict() == {"stage": 1, "history": []}
+    assert not cur.record(0.0) and not cur.record(0.0)
+    assert cur.record(0.0)  # max_iterations = 3, whatever the success
+    assert cur.finished and cur.options() == {"agents": 3, "items": 3} and not cur.record(1.0)
+    other = Curriculum(stages, {"agents": 3, "items": 3})
+    other.load_state_dict({"stage": 1, "history": [0.5]})
+    assert other.options()["agents"] == 3 and other.history == [0.5]
+    with pytest.raises(TeamTRError, match="curriculum stage 5"):
+        other.load_state_dict({"stage": 5})
+
+
+def test_curriculum_stage_in_metrics_transcripts_and_checkpoint(tmp_path):
+    stages = "curriculum.stages=[{env: {agents: 2, items: 2}, max_iterations: 1}]"
+    trainer = Trainer(config(tmp_path, stages, "env.agents=3", "env.items=3"))
+    trainer.run()
+    trainer.close()
+    run = tmp_path / "run"
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["curriculum/stage"] for x in lines if x["kind"] == "train"] == [0, 1]
+    tasks = {json.loads(x)["iteration"]: json.loads(x)["task"] for x in (run / "transcripts.jsonl").read_text().splitlines()}
+    assert "agent_C" not in tasks[1] and "agent_C" in tasks[2]
+    state = load_checkpoint(latest_checkpoint(run), build_coordinator(config(tmp_path, stages)))
+    assert state["curriculum"] == {"stage": 1, "history": []}
+    resumed = Trainer(config(tmp_path, stages, "train.iterations=3"), resume=True)
+    assert resumed.curriculum.finished and resumed.make_team().world.agents == ["agent_A", "agent_B", "agent_C"]
+    resumed.close()
+
+
+def test_curriculum_config_errors_name_the_stage(tmp_path):
+    with pytest.raises(TeamTRError, match=r"curriculum.*stages.*0.*success.*max_iterations"):
+        config(tmp_path, "curriculum.stages=[{env: {agents: 2}}]")
+    with pytest.raises(TeamTRError, match=r"curriculum.stages\[0\].env: .*agentz"):
+        Trainer(config(tmp_path, "curriculum.stages=[{env: {agentz: 2}, max_iterations: 1}]"))

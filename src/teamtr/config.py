@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from teamtr.core import TeamTRError
 
@@ -108,6 +108,29 @@ class TrainConfig(_Section):
     eval_seed_offset: int = Field(1_000_000, ge=0)  # held-out seeds start here; training seeds below
 
 
+class CurriculumStage(_Section):
+    """One easier world before ``env``: its option overrides and when to move on."""
+
+    env: dict[str, Any] = {}  # world options for this stage, over env's (e.g. {agents: 2, items: 2})
+    success: float | None = Field(None, gt=0, le=1)  # move on once training success, averaged over
+    window: int = Field(2, ge=1)  # ... the last `window` iterations of this stage, reaches `success`
+    max_iterations: int | None = Field(None, ge=1)  # move on after this many iterations at the latest
+
+    @model_validator(mode="after")
+    def _ends(self) -> "CurriculumStage":
+        if self.success is None and self.max_iterations is None:
+            raise ValueError("a curriculum stage needs `success` or `max_iterations` (else it never ends)")
+        if "name" in self.env:
+            raise ValueError("a curriculum stage changes the world's options, not env.name")
+        return self
+
+
+class CurriculumConfig(_Section):
+    #: easier worlds trained on before ``env`` itself (the seed's "curriculum learning"); evaluation
+    #: always uses ``env``. Empty: no curriculum.
+    stages: list[CurriculumStage] = []
+
+
 class LogConfig(_Section):
     tensorboard: bool = True
     wandb: bool = False
@@ -127,6 +150,7 @@ class Config(_Section):
     rollout: RolloutConfig = RolloutConfig()
     bc: BCConfig = BCConfig()
     train: TrainConfig = TrainConfig()
+    curriculum: CurriculumConfig = CurriculumConfig()
     log: LogConfig = LogConfig()
 
     @field_validator("run_dir")

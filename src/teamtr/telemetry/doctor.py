@@ -300,7 +300,7 @@ def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Fi
         ("more parallel teams stepped as one batch", "batched scoring", "cap history and directive length",
          "a smaller base model first"),
         (_change(config, "rollout.parallel", "raise", 2.0), ConfigChange("model.backbone", "smaller"),
-         ConfigChange("model.dtype", "bfloat16 on a GPU")),
+         ConfigChange("model.dtype", "bfloat16 on a GPU or on a CPU with AVX512-BF16/AMX")),
     )
 
 

@@ -25,6 +25,7 @@ from teamtr.telemetry.log import Progress, RunLogger
 from teamtr.telemetry.metrics import EpisodeTracker, summarize
 from teamtr.train import bc as bc_mod
 from teamtr.train.checkpoint import latest_checkpoint, load_checkpoint, load_state, save_checkpoint
+from teamtr.train.curriculum import Curriculum
 
 
 def build_coordinator(config: Config) -> Any:
@@ -91,6 +92,12 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.options = config.env.options()
         make(config.env.name, **self.options)  # fail now, with the world's own message, on bad options
+        self.curriculum = Curriculum(config.curriculum.stages, self.options)
+        for i, options in enumerate(self.curriculum.all_options()[:-1]):
+            try:
+                make(config.env.name, **options)
+            except TeamTRError as err:
+                raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
         self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
         self.coordinator = coordinator or build_coordinator(config)
@@ -116,6 +123,7 @@ class Trainer:
             self.episode_id = state["episode_id"]
             self.bc_done = state["bc_done"]
             self.generator.set_state(state["generator"])
+            self.curriculum.load_state_dict(state.get("curriculum", {}))
             resume_at = self.iteration
         if self.bc_done or not config.bc.enabled:
             self._start_rl()
@@ -143,7 +151,11 @@ class Trainer:
                                    self.coordinator.value_parameters(), self.algo_config)
 
     def make_team(self, **overrides: Any) -> Team:
-        return Team(make(self.config.env.name, **{**self.options, **overrides}), rewards=self.rewards,
+        """A team in the world training uses now: the curriculum's stage, else ``env``."""
+        return self._team({**self.curriculum.options(), **overrides})
+
+    def _team(self, options: dict[str, Any]) -> Team:
+        return Team(make(self.config.env.name, **options), rewards=self.rewards,
                     history_len=self.config.team.history_len)
 
     def _load_bc_state(self) -> dict[str, torch.Tensor]:
@@ -173,7 +185,8 @@ class Trainer:
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.train_seed, explore=cfg.explore,
                                          parallel=self.config.rollout.parallel)
             self.train_seed += cfg.demos
-        heldout = bc_mod.expert_demos(self.make_team, 64, seed=self.config.train.eval_seed_offset + 500_000)
+        heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
+                                      seed=self.config.train.eval_seed_offset + 500_000)
         start = time.perf_counter()
         bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
@@ -285,6 +298,9 @@ class Trainer:
                 wall = time.perf_counter() - t0
                 line = {**ep, **metrics, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
                         "perf/iteration_s": wall, "perf/decisions": len(rollout)}
+                if self.curriculum.stages:
+                    line["curriculum/stage"] = self.curriculum.stage  # the stage this iteration trained on
+                    self.curriculum.record(ep["episode/success"])
                 self.logger.log("train", it, line)
                 self._write_transcripts(it, transcripts[: self.config.log.transcripts])
                 if cfg.eval_every and it % cfg.eval_every == 0:
@@ -307,7 +323,7 @@ class Trainer:
         return save_checkpoint(
             self.run_dir, self.iteration, self.coordinator, self.algo,
             {"train_seed": self.train_seed, "episode_id": self.episode_id, "bc_done": self.bc_done,
-             "generator": self.generator.get_state()},
+             "generator": self.generator.get_state(), "curriculum": self.curriculum.state_dict()},
             keep=self.config.train.keep_checkpoints,
         )
 

@@ -1,0 +1,77 @@
+"""Curriculum: train on easier worlds first, then on the configured one (the seed's remedy for an
+"early rise then plateau": *task too hard -> curriculum learning*).
+
+A stage is a set of world-option overrides (``{agents: 2, items: 2}``) and a rule for moving on:
+training success, averaged over the stage's last ``window`` iterations, reaches ``success``; or
+``max_iterations`` iterations were spent in it. After the listed stages comes the configured world
+itself, for the rest of the run. Held-out evaluation always uses the configured world, so the curve
+measures the task that matters, not the stage.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from teamtr.core import TeamTRError
+
+
+class Curriculum:
+    """Which world options training uses now, and when it moves on.
+
+    Args:
+        stages: the config's ``curriculum.stages`` (objects with ``env``, ``success``, ``window``,
+            ``max_iterations``); may be empty.
+        final: the configured world's options (``env`` without ``name``).
+    """
+
+    def __init__(self, stages: Sequence[Any], final: dict[str, Any]) -> None:
+        self.stages = list(stages)
+        self.final = dict(final)
+        self.stage = 0
+        self.history: list[float] = []  # training success per iteration of the current stage
+
+    @property
+    def finished(self) -> bool:
+        """True once training runs on the configured world itself."""
+        return self.stage >= len(self.stages)
+
+    def options(self) -> dict[str, Any]:
+        """World options for training episodes now."""
+        if self.finished:
+            return dict(self.final)
+        return {**self.final, **self.stages[self.stage].env}
+
+    def all_options(self) -> list[dict[str, Any]]:
+        """Every stage's options, then the final world's (to check them all before training)."""
+        return [{**self.final, **s.env} for s in self.stages] + [dict(self.final)]
+
+    def record(self, success: float) -> bool:
+        """Note one iteration's training success; move to the next stage when the current one's rule
+        holds. Returns True when the stage changed."""
+        if self.finished:
+            return False
+        if not 0.0 <= success <= 1.0:
+            raise TeamTRError(f"curriculum: success rate {success!r} is not in [0, 1].")
+        stage = self.stages[self.stage]
+        self.history.append(float(success))
+        window = self.history[-stage.window :]
+        reached = (stage.success is not None and len(window) == stage.window
+                   and sum(window) / len(window) >= stage.success)
+        if reached or (stage.max_iterations is not None and len(self.history) >= stage.max_iterations):
+            self.stage += 1
+            self.history = []
+            return True
+        return False
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"stage": self.stage, "history": list(self.history)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        stage = int(state.get("stage", 0))
+        if not 0 <= stage <= len(self.stages):
+            raise TeamTRError(
+                f"checkpoint is at curriculum stage {stage} but the config lists {len(self.stages)} stages; "
+                "resume with the config the run started with."
+            )
+        self.stage = stage
+        self.history = [float(x) for x in state.get("history", [])]
