@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.teamtr-installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-slow bench train clean
+.PHONY: setup test test-slow bench train train-rl clean
 
 setup: $(STAMP)
 
@@ -34,9 +34,14 @@ bench: setup
 	$(BIN)/python benchmarks/scoring.py --repeats 3 --naive-repeats 1
 	$(BIN)/python benchmarks/update.py --skip bc --decisions 64 --out results/update_throughput.json
 	$(BIN)/python benchmarks/update.py --skip throughput --quick
+	$(BIN)/python benchmarks/dtype.py
 
 train: setup
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config configs/default.yaml --set run_dir=runs/default-$$(date +%Y%m%d-%H%M%S)
+
+# RL alone, no behaviour cloning (README, "RL alone"): ~40 min on a 2-core CPU.
+train-rl: setup
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config configs/escape_room_ppo.yaml --set run_dir=runs/escape_room_ppo-$$(date +%Y%m%d-%H%M%S)
 
 clean:
 	rm -rf $(VENV) runs results .pytest_cache

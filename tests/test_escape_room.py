@@ -19,6 +19,25 @@ def test_state_text_at_reset_is_compact_and_says_who_may_enter_where():
     assert len(world.describe().split()) <= 40  # ~50 SmolLM2 tokens: cheap to read every tick
 
 
+def test_hints_name_the_items_each_agent_may_fetch_until_they_are_taken():
+    world = make("escape-room", hints=True)
+    team = Team(world)
+    state = team.reset(1)
+    assert state.state.endswith(
+        "agent_A: in hall, idle, may fetch the key. agent_B: in hall, idle, may fetch the lamp. "
+        "agent_C: in hall, idle, may fetch the map."
+    )
+    for _ in range(3):  # the oracle sends agent_C for the map first; once it holds the map, no hint
+        state, *_ = team.step(state.expert)
+    assert "map: held by agent_C" in state.state and "agent_C: in library, fetch map." in state.state
+    assert "may fetch the map" not in state.state and "may fetch the lamp" in state.state
+    plain = make("escape-room")
+    plain.reset(1)
+    assert "may fetch" not in plain.describe()
+    with pytest.raises(TeamTRError, match="hints = 'yes'"):
+        make("escape-room", hints="yes")
+
+
 def test_default_candidates_fetch_each_item_or_open_the_door_for_each_agent():
     state = Team(make("escape-room")).reset(1)
     texts = [c.text for c in state.candidates]

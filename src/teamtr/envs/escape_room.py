@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from teamtr.core import NOOP, AgentView, Directive, Event, Outcome
+from teamtr.core import NOOP, AgentView, Directive, Event, Outcome, TeamTRError
 from teamtr.envs.registry import check_choice, check_float, check_int
 
 DEPTH = 2  # moves from the hall to the back of a room: fetching one item takes 2 * DEPTH + 2 ticks
@@ -44,7 +44,9 @@ class EscapeRoomWorld:
     (``default`` | ``heldout``), ``max_steps`` (ticks before failure; default
     ``6 * ceil(items / agents) + 8``: the oracle needs ``6 * ceil(items / agents) + 3`` or so,
     random directives succeed in a few percent of episodes),
-    ``compliance`` (0-1, the probability a role agent takes up a valid directive).
+    ``compliance`` (0-1, the probability a role agent takes up a valid directive), ``hints`` (each
+    agent's line also says which items it may fetch: the "who may enter where" lookup is done for the
+    coordinator; an easier variant for studying RL on the rest of the task).
     """
 
     name = "escape-room"
@@ -57,12 +59,16 @@ class EscapeRoomWorld:
         names: str = "default",
         max_steps: int | None = None,
         compliance: float = 1.0,
+        hints: bool = False,
     ) -> None:
         check_int(self.name, "agents", agents, 2, 6)
         check_int(self.name, "zones", zones, 2, 6)
         check_int(self.name, "items", items, 2, min(5, zones), f"2..5 and at most zones={zones}")
         check_choice(self.name, "names", names, tuple(VOCAB))
         self.compliance = check_float(self.name, "compliance", compliance, 0.0, 1.0)
+        if not isinstance(hints, bool):
+            raise TeamTRError(f"escape-room option hints = {hints!r}: use true or false.")
+        self.hints = hints
         vocab = VOCAB[names]
         self.agents = vocab["agents"][:agents]
         self.items = vocab["items"][:items]
@@ -119,7 +125,10 @@ class EscapeRoomWorld:
             doing = self._intent[agent]
             busy = doing is not None and not self.done(agent, doing)
             work = doing.task.replace(":", " ") if busy else "idle"
-            lines.append(f"{agent}: in {pos}, {work}.")
+            reach = [f"the {item}" for item, where in self._where.items()
+                     if isinstance(where, tuple) and where != HALL and self._access[where[0]] == agent]
+            hint = f", may fetch {' or '.join(reach)}" if self.hints and reach else ""
+            lines.append(f"{agent}: in {pos}, {work}{hint}.")
         return " ".join(lines)
 
     def view(self, agent: str) -> AgentView:
