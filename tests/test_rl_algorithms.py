@@ -85,11 +85,19 @@ def test_ppo_calls_evaluate_once_per_minibatch_per_epoch_and_improves() -> None:
     assert 0 < metrics["policy/kl_old_new"] < 0.5 and metrics["policy/ratio_max"] > 1.0
 
 
-def test_ppo_early_stop_uses_the_epochs_own_kl() -> None:
+def test_ppo_early_stop_checks_each_minibatch_before_its_step() -> None:
     p = make_problem()
     algo = _algo("ppo", p, lr=0.5, target_kl=1e-4)
     metrics = algo.update(p.evaluate, p.rollout)
-    assert metrics["optim/epochs_run"] == 1.0 and len(p.calls) == 4
+    # The first minibatch sees ratio 1 (KL 0) and steps; the second sees the KL of that big step and
+    # stops before its own: one step of 4 per epoch.
+    assert len(p.calls) == 2 and metrics["optim/epochs_run"] == 0.25
+    moderate = make_problem()
+    algo = _algo("ppo", moderate, lr=0.05, target_kl=0.01)
+    metrics = algo.update(moderate.evaluate, moderate.rollout)
+    assert 0.25 <= metrics["optim/epochs_run"] < 4.0
+    # A stop before the step keeps the policy near the trust region: at most one step beyond it.
+    assert moderate.kl_old_new() < 10 * 1.5 * 0.01
     q = make_problem()
     pg = _algo("pg", q, lr=0.5, target_kl=1e-4)
     assert pg.update(q.evaluate, q.rollout)["optim/epochs_run"] == 4.0  # pg has no early stop

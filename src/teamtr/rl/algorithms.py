@@ -6,8 +6,10 @@ this module applies the masked log-softmax. Evaluate calls are expensive (an LLM
 so PPO and PG call it exactly once per minibatch per epoch.
 
 - ``ppo``: clipped surrogate + clipped value loss + entropy bonus - KL(ref || new) penalty; AdamW with
-  warmup + cosine LR; grad-norm clip; the epoch loop stops once the mean exact KL(old || new) measured
-  in an epoch's forward passes exceeds ``early_stop_factor * target_kl``.
+  warmup + cosine LR; grad-norm clip; the update stops at the first minibatch whose exact KL(old || new),
+  measured in its forward pass, exceeds ``early_stop_factor * target_kl`` (that step is not taken; as in
+  Stable-Baselines3's PPO). ``optim/epochs_run`` counts the steps taken, in epochs (1.5: half-way
+  through the second).
 - ``pg``: the same loop with no ratio clip, no KL penalty and no early stop (the unstable baseline).
 - ``trpo``: see ``teamtr.rl.trpo``.
 """
@@ -231,16 +233,25 @@ class PPO(Algorithm):
         for g in self.optimizer.param_groups:
             g["lr"] = g["base_lr"] * mult
         max_norm = c.max_grad_norm if c.max_grad_norm is not None else math.inf
-        skipped, epochs_run = 0, 0
+        skipped, steps, per_epoch, stop = 0, 0, 1, False
+        limit = c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None else math.inf
+        last_rows: list[dict[str, float]] = []
+        last_values: list[Tensor] = []
+        last_returns: list[Tensor] = []
         for _ in range(c.epochs):
             rows: list[dict[str, float]] = []
             values_seen, returns_seen = [], []
-            for mb in rollout.minibatches(c.minibatch_size, self.generator):
+            batches = list(rollout.minibatches(c.minibatch_size, self.generator))
+            per_epoch = max(len(batches), 1)
+            for mb in batches:
                 scores, values, mb = self._evaluate(evaluate, mb)
                 t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
                                  mb.mask, mb.actions, mb.advantages,
                                  clip_eps=c.clip_eps if self.clip else None,
                                  ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
+                if float(t.kl_old_new) > limit:  # out of the trust region already: no further step
+                    stop = True
+                    break
                 v_loss = clipped_value_loss(values, mb.values, mb.returns,
                                             c.value_clip if self.clip else None)
                 loss = -t.objective + c.vf_coef * v_loss
@@ -259,6 +270,7 @@ class PPO(Algorithm):
                     skipped += 1
                     continue
                 self.optimizer.step()
+                steps += 1
                 values_seen.append(values.detach())
                 returns_seen.append(mb.returns)
                 rows.append({"policy/kl_old_new": float(t.kl_old_new),
@@ -268,11 +280,9 @@ class PPO(Algorithm):
                              "policy/ratio_max": float(t.ratio_max),
                              "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
                              "optim/grad_norm": float(grad_norm), "value/grad_norm": float(value_norm)})
-            epochs_run += 1
-            last_rows, last_values, last_returns = rows, values_seen, returns_seen
-            epoch_kl = sum(r["policy/kl_old_new"] for r in rows) / max(len(rows), 1)
-            if self.clip and c.early_stop_factor is not None and \
-                    epoch_kl > c.early_stop_factor * c.target_kl:
+            if rows or not last_rows:
+                last_rows, last_values, last_returns = rows, values_seen, returns_seen
+            if stop:
                 break
         metrics = summarise(last_rows)
         metrics["value/explained_variance"] = (
@@ -280,7 +290,7 @@ class PPO(Algorithm):
             if last_values else float("nan"))
         metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef,
                         "optim/kl_coef": kl_coef, "optim/skipped_steps": float(skipped),
-                        "optim/epochs_run": float(epochs_run)})
+                        "optim/epochs_run": steps / per_epoch})
         if self.clip and math.isfinite(metrics["policy/kl_ref_new"]):
             self.kl.update(metrics["policy/kl_ref_new"], len(rollout))
         self.updates_done += 1
