@@ -134,6 +134,9 @@ def test_bfloat16_trunk_scores_near_float32_and_never_merges():
     assert 0 < gap < 0.02  # bf16 trunk rounding, not bf16 logits (those are off by ~0.1 nat alone)
     scores, _ = half.evaluate(got.handles)  # the update recomputes exactly what acting chose from
     assert torch.equal(masked_log_softmax(scores, got.mask)[got.mask], got.logp[got.mask])
+    head = half.scorer._head32[1]
+    half.act(decisions(), greedy=True)
+    assert half.scorer._head32[1] is head and head.dtype == torch.float32  # upcast once, reused
     before = {k: v.detach().clone() for k, v in half.backbone.model.state_dict().items()}
     with half.merged():
         merged = half.act(decisions(), greedy=True)

@@ -291,6 +291,7 @@ class CandidateScorer:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self.max_positions = int(getattr(model.config, "max_position_embeddings", 2048))
         self._memo = _PrefixMemo()
+        self._head32: tuple[Any, torch.Tensor, torch.Tensor | None] | None = None  # float32 output layer
 
     @property
     def num_layers(self) -> int:
@@ -312,9 +313,11 @@ class CandidateScorer:
         ~0.1 nat of rounding, as large as a PPO step; the output layer is a small share of the FLOPs."""
         if h.dtype == torch.float32:
             return self.lm_head(h)
-        weight = self.lm_head.weight.float()
-        bias = None if self.lm_head.bias is None else self.lm_head.bias.float()
-        return nn.functional.linear(h.float(), weight, bias)
+        w, b = self.lm_head.weight, self.lm_head.bias
+        key = (w.data_ptr(), w._version, None if b is None else b._version)
+        if self._head32 is None or self._head32[0] != key:  # upcast once, not per call (~110 MB for SmolLM2)
+            self._head32 = (key, w.detach().float(), None if b is None else b.detach().float())
+        return nn.functional.linear(h.float(), self._head32[1], self._head32[2])
 
     def _additive(self, allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
         # A float mask works for every attention implementation (eager adds it, SDPA accepts it);

@@ -41,10 +41,6 @@ class Curriculum:
             return dict(self.final)
         return {**self.final, **self.stages[self.stage].env}
 
-    def all_options(self) -> list[dict[str, Any]]:
-        """Every stage's options, then the final world's (to check them all before training)."""
-        return [{**self.final, **s.env} for s in self.stages] + [dict(self.final)]
-
     def record(self, success: float) -> bool:
         """Note one iteration's training success; move to the next stage when the current one's rule
         holds. Returns True when the stage changed."""

@@ -93,9 +93,9 @@ class Trainer:
         self.options = config.env.options()
         make(config.env.name, **self.options)  # fail now, with the world's own message, on bad options
         self.curriculum = Curriculum(config.curriculum.stages, self.options)
-        for i, options in enumerate(self.curriculum.all_options()[:-1]):
+        for i, stage in enumerate(config.curriculum.stages):
             try:
-                make(config.env.name, **options)
+                make(config.env.name, **{**self.options, **stage.env})
             except TeamTRError as err:
                 raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
         self.rewards = config.rewards.composer()
