@@ -125,9 +125,11 @@ class EscapeRoomWorld:
             doing = self._intent[agent]
             busy = doing is not None and not self.done(agent, doing)
             work = doing.task.replace(":", " ") if busy else "idle"
-            reach = [f"the {item}" for item, where in self._where.items()
-                     if isinstance(where, tuple) and where != HALL and self._access[where[0]] == agent]
-            hint = f", may fetch {' or '.join(reach)}" if self.hints and reach else ""
+            hint = ""
+            if self.hints:  # items still in a room this agent may enter
+                reach = [f"the {item}" for item, where in self._where.items()
+                         if isinstance(where, tuple) and where != HALL and self._access[where[0]] == agent]
+                hint = f", may fetch {' or '.join(reach)}" if reach else ""
             lines.append(f"{agent}: in {pos}, {work}{hint}.")
         return " ".join(lines)
 
