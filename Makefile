@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.teamtr-installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-slow bench train train-rl clean
+.PHONY: setup test test-fuzz test-slow bench train train-rl clean
 
 setup: $(STAMP)
 
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml
 
 test: setup
 	$(BIN)/python -m pytest -q
+
+# The property tests with fresh random examples, 20x as many as CI's derandomised run (tests/conftest.py).
+test-fuzz: setup
+	TEAMTR_HYPOTHESIS=fuzz TEAMTR_FUZZ_SCALE=20 $(BIN)/python -m pytest -q -m 'hypothesis and not slow'
 
 test-slow: setup
 	$(BIN)/python -m pytest -q -m slow

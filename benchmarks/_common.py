@@ -19,7 +19,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from teamtr.policy.backbone import Backbone, load_backbone
+from teamtr.policy.backbone import Backbone, cpu_bf16_native, load_backbone
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,9 @@ def machine() -> dict[str, Any]:
         "torch": torch.__version__,
         "cpu": platform.processor() or platform.machine(),
         "cpu_count": os.cpu_count(),
+        # bf16 speed depends on it: AVX512-BF16/AMX run bf16 natively, AVX2 emulates it (~5x slower).
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "cpu_bf16_native": cpu_bf16_native(),
         "torch_threads": torch.get_num_threads(),
         "gpu": gpu,
         # Other jobs on a shared machine slow every figure; the load average says how much.
@@ -106,6 +109,13 @@ def machine() -> dict[str, Any]:
         "commit": commit,
         "utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+
+
+def machine_line() -> str:
+    """One line to print above a table: what it was measured on."""
+    m = machine()
+    where = f"GPU {m['gpu']}" if m["gpu"] else f"CPU {m['cpu']} ({m['cpu_capability']}, bf16 native: {m['cpu_bf16_native']})"
+    return f"[{where}, {m['torch_threads']} torch threads, torch {m['torch']}, load {m['loadavg']}, commit {m['commit']}]"
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import escape_decisions, median, table, timed, write_json  # noqa: E402
+from _common import escape_decisions, median, machine_line, table, timed, write_json  # noqa: E402
 
 from teamtr.policy.backbone import load_backbone  # noqa: E402
 from teamtr.policy.coordinator import Coordinator  # noqa: E402
@@ -80,6 +80,7 @@ def main() -> None:
     rows = [[r["dtype"], r["act_decisions_per_s"], r["update_samples_per_s"]] for r in runs]
     rows.append(["bf16 / fp32", half["act_decisions_per_s"] / full["act_decisions_per_s"],
                  half["update_samples_per_s"] / full["update_samples_per_s"]])
+    print(machine_line())
     print(table(["trunk dtype", "act (decisions/s)", "all-layer update (samples/s)"], rows))
     print(f"log-prob gap bf16 vs fp32: max {gap.max().item():.3f}, mean {gap.mean().item():.4f} nats; "
           f"greedy choices agree on {agree:.2%} of {args.states} decisions")

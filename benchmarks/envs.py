@@ -12,15 +12,18 @@ Prints a table and the path of the JSON it writes (``results/`` is git-ignored).
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
+import sys
 import time
 from pathlib import Path
 
-from teamtr.core import TeamTRError
-from teamtr.envs import make, names
-from teamtr.team import Team
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import machine_line, write_json  # noqa: E402
+
+from teamtr.core import TeamTRError  # noqa: E402
+from teamtr.envs import make, names  # noqa: E402
+from teamtr.team import Team  # noqa: E402
 
 
 def bench(world: str, seconds: float) -> dict[str, float]:
@@ -66,11 +69,8 @@ def main() -> None:
             continue
         print(f"{world:<15}{row['decisions_per_s']:>12.0f}{row['ticks_per_s']:>10.0f}"
               f"{row['s_per_episode']:>11.5f}{row['decisions_per_episode']:>14.1f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    meta = {"python": platform.python_version(), "cpu": platform.processor() or platform.machine()}
-    out.write_text(json.dumps({"meta": meta, "worlds": results}, indent=2))
-    print(f"wrote {out.resolve()}")
+    print(machine_line())
+    print(f"wrote {write_json(args.out, {'seconds': args.seconds, 'worlds': results}).resolve()}")
 
 
 if __name__ == "__main__":

@@ -14,17 +14,21 @@ collisions, for N=3 and N=4), with mean ± standard deviation over the seeds, an
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from teamtr.core import TeamTRError, World
-from teamtr.envs import make
-from teamtr.envs.overcooked import LAYOUTS
-from teamtr.team import Team
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _common import machine_line, write_json  # noqa: E402
+
+from teamtr.core import TeamTRError, World  # noqa: E402
+from teamtr.envs import make  # noqa: E402
+from teamtr.envs.overcooked import LAYOUTS  # noqa: E402
+from teamtr.team import Team  # noqa: E402
 
 COORDINATORS = ("none", "random", "heuristic")
 
@@ -100,10 +104,8 @@ def main() -> None:
     secs = {k: v["heuristic"]["s_per_episode"] for k, v in results["overcooked"].items()}
     print(f"\nseconds per heuristic episode: overcooked max {max(secs.values()):.3f}, "
           f"spread N=4 {results['spread']['N=4']['heuristic']['s_per_episode']:.4f}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
-    print(f"wrote {out.resolve()}")
+    print(machine_line())
+    print(f"wrote {write_json(args.out, results).resolve()}")
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import backbone, escape_decisions, median, table, timed, write_json  # noqa: E402
+from _common import backbone, escape_decisions, median, machine_line, table, timed, write_json  # noqa: E402
 
 from teamtr.policy.coordinator import Coordinator  # noqa: E402
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack, score_naive  # noqa: E402
@@ -185,6 +185,7 @@ def main() -> None:
     print(f"{B} decisions x {sum(len(d.candidates) for d in decs) / B:.0f} candidates, prompt "
           f"{P} + {sum(len(d.dynamic) for d in decs) / B:.0f} tokens, {args.model}"
           f"{' (random init)' if args.random_weights else ''}, {device}, {torch.get_num_threads()} threads")
+    print(machine_line())
     print(table(["method", "decisions/s", "best dec/s", "s/batch", "repeats", "tokens/dec", "logit rows/dec"], rows))
     pairs = [("a", "b"), ("a", "c"), ("a0", "b"), ("a0", "c")]
     ratios = {f"{x}/{y}": dps[x] / dps[y] for x, y in pairs}

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import Decision, backbone, escape_decisions, table, timed, write_json  # noqa: E402
+from _common import Decision, backbone, escape_decisions, machine_line, table, timed, write_json  # noqa: E402
 
 from teamtr.policy.coordinator import Coordinator  # noqa: E402
 from teamtr.rl.losses import chosen, clipped_surrogate, clipped_value_loss, entropy, masked_log_softmax  # noqa: E402
@@ -236,6 +236,7 @@ def main() -> None:
             bc.append(bc_probe(args, depth))
             gc.collect()
 
+    print(machine_line())
     print(f"\n{args.model}{' (random init)' if args.random_weights else ''}, {args.device}, "
           f"{torch.get_num_threads()} threads")
     if speed:

@@ -1,11 +1,15 @@
-"""The ``teamtr`` command line.
+"""teamtr: train an LLM coordinator for a team of agents with trust-region RL.
 
-    teamtr envs
-    teamtr train --config configs/default.yaml [--set algo.clip_eps=0.1] [--resume RUN_DIR]
-    teamtr eval --policy oracle random --env escape-room --episodes 500 --set env.agents=4
-    teamtr eval --checkpoint runs/default --suite generalisation --episodes 200
-    teamtr report RUN_DIR | teamtr doctor RUN_DIR
-    teamtr play escape-room --set env.names=heldout
+examples:
+  teamtr envs                                             the worlds and their options
+  teamtr config show default --set algo.clip_eps=0.1      the resolved config
+  teamtr train --config default                           BC warm-up + PPO on escape-room (shipped config)
+  teamtr train --config my.yaml --set rollout.episodes=32
+  teamtr train --resume runs/default                      continue from the last complete checkpoint
+  teamtr eval --policy oracle random --env software-team --set env.engineers=4 --episodes 500
+  teamtr eval --checkpoint runs/default --suite generalisation --episodes 200
+  teamtr report runs/default ; teamtr doctor runs/default
+  teamtr play escape-room --set env.names=heldout
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 from pathlib import Path
 
 from teamtr.atomic import atomic_write_text
-from teamtr.config import Config, load_config
+from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, spec
 from teamtr.eval.baselines import BASELINES, baseline
@@ -27,7 +31,7 @@ from teamtr.eval.suites import evaluate_table, suites
 from teamtr.team import Team
 from teamtr.telemetry.metrics import METRICS
 
-DEFAULT_CONFIG = "configs/default.yaml"
+DEFAULT_CONFIG = "default"  # the shipped config (src/teamtr/configs/default.yaml)
 
 
 def cmd_envs(_: argparse.Namespace) -> int:
@@ -52,11 +56,15 @@ LLM_POLICIES = ("zero-shot", "trained")
 
 
 def _config(path: str | None, sets: Sequence[str], run_dir: Path | None = None) -> Config:
+    """The config of an eval/play command: ``--config``, else the run's, else the shipped default."""
     if path is None and run_dir is not None and (run_dir / "config.yaml").is_file():
         path = str(run_dir / "config.yaml")
-    if path is None and Path(DEFAULT_CONFIG).is_file():
-        path = DEFAULT_CONFIG
-    return load_config(path, list(sets))
+    return load_config(path or DEFAULT_CONFIG, list(sets))
+
+
+def _with_env(env: str | None, sets: Sequence[str]) -> list[str]:
+    """``--env X`` is ``--set env.name=X`` given first, so ``--set env.k=v`` options apply to X."""
+    return ([f"env.name={env}"] if env else []) + list(sets)
 
 
 def resolve_checkpoint(path: str) -> tuple[Path, Path]:
@@ -108,13 +116,13 @@ def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | Non
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    policy_names = args.policy or (["trained"] if args.checkpoint else ["oracle"])
+    if "trained" in policy_names and not args.checkpoint:
+        raise TeamTRError("--policy trained needs --checkpoint RUN_DIR (or a checkpoint folder).")
     checkpoint, run_dir = resolve_checkpoint(args.checkpoint) if args.checkpoint else (None, None)
-    config = _config(args.config, args.set, run_dir)
-    env = args.env or config.env.name
-    spec(env)  # unknown names fail here, with the list of known ones
-    options = config.env.options() if env == config.env.name else {}
-    make(env, **options)  # bad options fail once, before any episode
-    policy_names = args.policy or (["trained"] if checkpoint is not None else ["oracle"])
+    config = _config(args.config, _with_env(args.env, args.set), run_dir)
+    env, options = config.env.name, config.env.options()
+    make(env, **options)  # unknown worlds and bad options fail here, before any model is loaded
     policies = build_policies(policy_names, config, checkpoint, args.seed)
     seeds = list(range(args.seed, args.seed + args.episodes))
     rows = evaluate_table(env, suites(env, options, args.suite), policies, seeds, rewards=config.rewards.composer(),
@@ -133,53 +141,96 @@ def write_json(path: Path, payload: Any) -> None:
     atomic_write_text(path, json.dumps(payload, indent=2))
 
 
-def cmd_train(args: argparse.Namespace) -> int:
-    from teamtr.train.trainer import Trainer
+def _is_run_dir(path: Path) -> bool:
+    return any((path / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints"))
 
+
+def _preflight(config: Config) -> None:
+    """Checks that would otherwise fail after the model load, leaving a half-made run behind."""
+    import importlib.util
+
+    make(config.env.name, **config.env.options())
+    if config.log.wandb and importlib.util.find_spec("wandb") is None:
+        raise TeamTRError("log.wandb is true but wandb is not installed: run pip install 'teamtr[wandb]', "
+                          "or --set log.wandb=false.")
+
+
+def _train_config(args: argparse.Namespace) -> Config:
+    """The run's config, checked, and its directory ready (``--overwrite`` only removes a run)."""
     if args.resume:
         run_dir = Path(args.resume)
         if not (run_dir / "config.yaml").is_file():
-            raise TeamTRError(f"--resume {run_dir}: not a run directory (no config.yaml).")
+            raise TeamTRError(f"--resume {run_dir}: not a run directory (no config.yaml); give the directory "
+                              "`teamtr train` wrote.")
         config = load_config(run_dir / "config.yaml", [*args.set, f"run_dir={run_dir}"])
-    else:
-        config = load_config(args.config, args.set)
-        if (Path(config.run_dir) / "metrics.jsonl").exists() and not args.overwrite:
-            raise TeamTRError(f"run_dir {config.run_dir} already holds a run: --resume {config.run_dir} to "
-                              "continue it, --overwrite to start over, or --set run_dir=runs/NEW.")
-        if args.overwrite and Path(config.run_dir).exists():
-            import shutil
+        _preflight(config)
+        return config
+    config = load_config(args.config, args.set)
+    _preflight(config)
+    run_dir = Path(config.run_dir)
+    if run_dir.is_symlink() or (run_dir.exists() and not run_dir.is_dir()):
+        raise TeamTRError(f"run_dir {run_dir} is a file or a link, not a directory; --set run_dir=runs/NEW.")
+    if run_dir.exists() and _is_run_dir(run_dir):
+        if not args.overwrite:
+            raise TeamTRError(f"run_dir {run_dir} already holds a run: --resume {run_dir} to continue it, "
+                              "--overwrite to start over, or --set run_dir=runs/NEW.")
+        import shutil
 
-            shutil.rmtree(config.run_dir)
+        shutil.rmtree(run_dir)
+    elif run_dir.exists() and any(run_dir.iterdir()):
+        raise TeamTRError(f"run_dir {run_dir} exists and holds files that are not a TeamTR run; nothing was "
+                          "deleted: --set run_dir=runs/NEW.")
+    return config
+
+
+def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
+    """The end-of-run table on held-out seeds: trained, zero-shot, random and oracle."""
+    from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy
+
+    n = config.train.final_eval_episodes
+    policies = {"trained": MergedPolicy(trainer.coordinator),
+                "zero-shot": _ZeroShot(CoordinatorPolicy(trainer.coordinator)),
+                "random": baseline("random", config.seed),
+                "oracle": baseline("oracle")}
+    counts = {name: n for name in policies}
+    counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
+    off = config.train.eval_seed_offset
+    rows: dict[str, dict[str, float]] = {}
+    for name, policy in policies.items():
+        if counts[name]:
+            rows.update(evaluate_table(config.env.name, {"heldout": config.env.options()}, {name: policy},
+                                       list(range(off, off + counts[name])), rewards=trainer.rewards,
+                                       history_len=config.team.history_len))
+    shown = ", ".join(f"{k} {v}" for k, v in counts.items())
+    print(f"\n{config.env.name}: held-out seeds from {off} ({shown} episodes)")
+    print(format_table(rows))
+    write_json(Path(config.run_dir) / "final_eval.json", {"episodes": counts, "rows": rows})
+    return rows
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    config = _train_config(args)
+    from teamtr.train.trainer import Trainer
+
     print(f"run directory: {config.run_dir}")
     trainer = Trainer(config, resume=bool(args.resume))
     try:
         trainer.run()
-        n = config.train.final_eval_episodes
-        if n:
-            from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy
-
-            policies = {"trained": MergedPolicy(trainer.coordinator),
-                        "zero-shot": _ZeroShot(CoordinatorPolicy(trainer.coordinator)),
-                        "random": baseline("random", config.seed),
-                        "oracle": baseline("oracle")}
-            off = config.train.eval_seed_offset
-            counts = {name: n for name in policies}
-            counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
-            rows = {}
-            for name, policy in policies.items():
-                if counts[name]:
-                    rows.update(evaluate_table(config.env.name, {"heldout": config.env.options()}, {name: policy},
-                                               list(range(off, off + counts[name])), rewards=trainer.rewards,
-                                               history_len=config.team.history_len))
-            shown = ", ".join(f"{k} {v}" for k, v in counts.items())
-            print(f"\n{config.env.name}: held-out seeds from {off} ({shown} episodes)")
-            print(format_table(rows))
-            write_json(Path(config.run_dir) / "final_eval.json", {"episodes": counts, "rows": rows})
+        if config.train.final_eval_episodes:
+            final_table(trainer, config)
     finally:
         trainer.close()
     from teamtr.telemetry.report import write_report
 
     print(f"report: {write_report(config.run_dir)}")
+    return 0
+
+
+def cmd_config(args: argparse.Namespace) -> int:
+    if args.action == "list":
+        print("\n".join(shipped_configs()))
+        return 0
+    print(dump_config(load_config(args.name, args.set)), end="")
     return 0
 
 
@@ -199,9 +250,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    config = load_config(None, args.set)
-    env = args.env or config.env.name
-    team = Team(make(env, **(config.env.options() if env == config.env.name else {})))
+    config = _config(None, _with_env(args.env, args.set))
+    team = Team(make(config.env.name, **config.env.options()))
     state = team.reset(args.seed)
     print(state.task)
     total = 0.0
@@ -226,40 +276,74 @@ def cmd_play(args: argparse.Namespace) -> int:
             return 0
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not a positive number (give 1 or more)")
+    return value
+
+
+def _sub(sub: Any, name: str, help_: str, examples: str, run: Any) -> argparse.ArgumentParser:
+    parser = sub.add_parser(name, help=help_, description=help_, epilog="examples:\n" + examples,
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(run=run)
+    return parser
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE",
+                        help="override a config key (repeatable), e.g. --set env.agents=4")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="teamtr", description=__doc__.splitlines()[0])
+    from teamtr import __version__
+
+    parser = argparse.ArgumentParser(prog="teamtr", description=__doc__.split("\n\n")[0],
+                                     epilog=__doc__.split("\n\n", 1)[1],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--version", action="version", version=f"teamtr {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("envs", help="list the worlds").set_defaults(run=cmd_envs)
-    tr = sub.add_parser("train", help="behaviour-cloning warm-up, then trust-region RL")
-    tr.add_argument("--config", default=DEFAULT_CONFIG)
-    tr.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
-    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last checkpoint")
-    tr.add_argument("--overwrite", action="store_true", help="delete an existing run_dir first")
-    tr.set_defaults(run=cmd_train)
-    ev = sub.add_parser("eval", help="evaluate coordinator policies on a world")
+    _sub(sub, "envs", "list the worlds, their options and the extras they need", "  teamtr envs\n", cmd_envs)
+    tr = _sub(sub, "train", "behaviour-cloning warm-up, then trust-region RL",
+              "  teamtr train --config default\n  teamtr train --config my.yaml --set algo.name=trpo\n"
+              "  teamtr train --resume runs/default\n", cmd_train)
+    tr.add_argument("--config", default=DEFAULT_CONFIG, help=f"a YAML file or a shipped config "
+                    f"({', '.join(shipped_configs())}; default {DEFAULT_CONFIG})")
+    _add_set(tr)
+    tr.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its last complete checkpoint")
+    tr.add_argument("--overwrite", action="store_true", help="delete the run already in run_dir first")
+    ev = _sub(sub, "eval", "evaluate coordinator policies on a world",
+              "  teamtr eval --policy oracle random noop first --env software-team --set env.engineers=4\n"
+              "  teamtr eval --checkpoint runs/default --suite generalisation --episodes 200\n", cmd_eval)
     ev.add_argument("--policy", nargs="+", choices=sorted((*BASELINES, *LLM_POLICIES)),
                     help="default: trained with --checkpoint, else oracle")
     ev.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder")
     ev.add_argument("--config", help=f"config for LLM policies (default: the run's, else {DEFAULT_CONFIG})")
-    ev.add_argument("--env", help="world (default: the config's env.name)")
-    ev.add_argument("--episodes", type=int, default=500)
+    ev.add_argument("--env", help="world: a registered name or module:Class (default: the config's env.name)")
+    ev.add_argument("--episodes", type=_positive_int, default=500)
     ev.add_argument("--seed", type=int, default=1_000_000, help="first seed (held-out seeds by default)")
     ev.add_argument("--suite", default="heldout", choices=("heldout", "generalisation"))
-    ev.add_argument("--set", action="append", default=[], metavar="KEY.PATH=VALUE")
+    _add_set(ev)
     ev.add_argument("--json", metavar="FILE", help="also write the table as JSON")
-    ev.set_defaults(run=cmd_eval)
-    rp = sub.add_parser("report", help="PNG curves and an HTML page for a run")
+    cf = _sub(sub, "config", "print a shipped or given config, resolved with --set overrides",
+              "  teamtr config show default --set algo.lr=1e-4\n  teamtr config list\n", cmd_config)
+    cf.add_argument("action", choices=("show", "list"))
+    cf.add_argument("name", nargs="?", default=DEFAULT_CONFIG, help="a shipped config or a YAML file")
+    _add_set(cf)
+    rp = _sub(sub, "report", "PNG curves and an HTML page for a run", "  teamtr report runs/default\n", cmd_report)
     rp.add_argument("run_dir")
-    rp.set_defaults(run=cmd_report)
-    dr = sub.add_parser("doctor", help="name the troubleshooting symptoms a run shows")
+    dr = _sub(sub, "doctor", "name the troubleshooting symptoms a run shows", "  teamtr doctor runs/default\n",
+              cmd_doctor)
     dr.add_argument("run_dir")
     dr.add_argument("--strict", action="store_true", help="exit 1 when something is found")
-    dr.set_defaults(run=cmd_doctor)
-    play = sub.add_parser("play", help="be the coordinator yourself, in the terminal")
+    play = _sub(sub, "play", "be the coordinator yourself, in the terminal",
+                "  teamtr play escape-room --set env.names=heldout\n", cmd_play)
     play.add_argument("env", nargs="?", default=None)
     play.add_argument("--seed", type=int, default=0)
-    play.add_argument("--set", action="append", default=[], metavar="env.KEY=VALUE")
-    play.set_defaults(run=cmd_play)
+    _add_set(play)
     return parser
 
 
@@ -270,7 +354,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except TeamTRError as err:
         print(f"teamtr: error: {err}", file=sys.stderr)
         return 2
-    except (EOFError, KeyboardInterrupt):
+    except KeyboardInterrupt:
+        print("\nteamtr: interrupted.", file=sys.stderr)
+        return 130
+    except EOFError:
         return 130
 
 

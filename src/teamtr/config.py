@@ -16,15 +16,22 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from teamtr.core import TeamTRError
 
 
+#: The shipped experiments, inside the package: ``--config default`` or a path to a YAML file.
+CONFIGS_DIR = Path(__file__).parent / "configs"
+#: Reward weights beyond this make every return overflow the value head and every step be skipped.
+MAX_REWARD_WEIGHT = 1e3
+
+
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+    # NaN and inf are never a meaningful setting: refuse them everywhere (pydantic accepts them by default).
+    model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
 
 class EnvConfig(BaseModel):
     """``name`` plus the world's own options (``agents``, ``items``, ``names``, ``layout``...): the
     world validates those itself, naming the allowed ones."""
 
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", allow_inf_nan=False)
     name: str = "escape-room"
 
     def options(self) -> dict[str, Any]:
@@ -45,7 +52,7 @@ class LoraConfig(_Section):
 class ModelConfig(_Section):
     backbone: str = "smollm2-135m-instruct"
     device: str = "auto"
-    dtype: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 only where it runs natively
     train_layers: int | Literal["all"] = "all"  # decoder layers carrying LoRA (behaviour cloning trains them all)
     rl_layers: int | Literal["all"] = "all"  # top layers RL updates; below them activations are cached
     value_grad_to_trunk: bool = False  # let the value loss move the adapter too
@@ -55,7 +62,8 @@ class ModelConfig(_Section):
 
 class PolicyConfig(_Section):
     normalization: Literal["sum", "token", "word"] = "token"
-    temperature: float = Field(1.0, gt=0)
+    # Below 1e-3 the tempered scores (log-probs of -1..-100) overflow float32 in the softmax.
+    temperature: float = Field(1.0, ge=1e-3, le=1e3)
 
 
 class AlgoSection(BaseModel):
@@ -73,6 +81,23 @@ class RewardsConfig(_Section):
     weights: dict[str, float] = {}
     #: term -> iteration from which it counts (the seed's "sparse first, dense later")
     start_iteration: dict[str, int] = {}
+
+    @field_validator("weights")
+    @classmethod
+    def _bounded(cls, v: dict[str, float]) -> dict[str, float]:
+        for term, w in v.items():
+            if abs(w) > MAX_REWARD_WEIGHT:
+                raise ValueError(f"weight {term}={w:g} is beyond +-{MAX_REWARD_WEIGHT:g}: returns that large overflow "
+                                 "the value head and every update step is skipped; scale the weights down")
+        return v
+
+    @field_validator("start_iteration")
+    @classmethod
+    def _not_negative(cls, v: dict[str, int]) -> dict[str, int]:
+        bad = {k: i for k, i in v.items() if i < 0}
+        if bad:
+            raise ValueError(f"iterations must be >= 0, got {bad}")
+        return v
 
     def composer(self) -> Any:
         """The ``RewardComposer`` these weights describe (it validates the term names)."""
@@ -173,12 +198,20 @@ _Loader.add_implicit_resolver(
 )
 
 
-def load_yaml(text: str) -> Any:
-    return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+def load_yaml(text: str, where: str = "YAML") -> Any:
+    """Parse ``text``; a syntax error names ``where``, the line and column, and the usual cause."""
+    try:
+        return yaml.load(text, Loader=_Loader)  # noqa: S506 (a SafeLoader subclass)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        at = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        hint = "; YAML indents with spaces, never tabs" if "\t" in text else ""
+        raise TeamTRError(f"{where} is not valid YAML{at}: {problem}{hint}.") from None
 
 
 def _parse_value(text: str) -> Any:
-    return load_yaml(text) if text.strip() else ""
+    return load_yaml(text, f"--set value {text!r}") if text.strip() else ""
 
 
 def apply_overrides(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -203,7 +236,7 @@ def _explain(err: ValidationError) -> str:
         key = ".".join(str(p) for p in e["loc"])
         value = e.get("input")
         if e["type"] == "extra_forbidden":
-            lines.append(f"unknown config key {key!r} (value {value!r}); check the spelling against configs/default.yaml")
+            lines.append(f"unknown config key {key!r} (value {value!r}); `teamtr config show` lists every key")
         else:
             lines.append(f"config key {key!r} = {value!r}: {e['msg']}")
     return "Bad config: " + "; ".join(lines)
@@ -224,16 +257,53 @@ def validate(tree: dict[str, Any]) -> Config:
     return config
 
 
+def shipped_configs() -> list[str]:
+    """Names of the configs shipped inside the package (``--config NAME``)."""
+    return sorted(p.stem for p in CONFIGS_DIR.glob("*.yaml"))
+
+
+def config_path(name_or_path: str | Path) -> Path:
+    """A YAML file path, or the shipped config called ``name_or_path`` (``default``, ``escape_room_ppo``)."""
+    p = Path(name_or_path).expanduser()
+    if p.is_file():
+        return p
+    shipped = CONFIGS_DIR / f"{p.name.removesuffix('.yaml')}.yaml"
+    if p.parent == Path(".") or str(p).startswith("configs/"):
+        if shipped.is_file():
+            return shipped
+    raise TeamTRError(f"Config {str(name_or_path)!r} is neither a file nor a shipped config; shipped: "
+                      f"{', '.join(shipped_configs())} (`teamtr config show NAME` prints one).")
+
+
+def read_config_tree(path: str | Path | None) -> dict[str, Any]:
+    """The raw mapping of a config file (or ``{}`` for ``None``), errors named for people."""
+    if path is None:
+        return {}
+    p = config_path(path)
+    try:
+        text = p.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise TeamTRError(f"Config file {p} cannot be read: {err}.") from None
+    tree = load_yaml(text, f"Config file {p}") or {}
+    if not isinstance(tree, dict):
+        raise TeamTRError(f"Config file {p} must hold a mapping of sections (seed, env, model, ...).")
+    return tree
+
+
+def _switch_world(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """An override ``env.name=OTHER`` starts ``env`` afresh: the file's options belong to its own
+    world (escape-room's ``items`` mean nothing to software-team); ``env.*`` overrides still apply."""
+    names = [item.split("=", 1)[1].strip() for item in overrides if item.split("=", 1)[0].strip() == "env.name"]
+    env = tree.get("env")
+    if names and isinstance(env, dict) and env.get("name", EnvConfig().name) != _parse_value(names[-1]):
+        tree = {**tree, "env": {}}
+    return tree
+
+
 def load_config(path: str | Path | None = None, overrides: list[str] | None = None) -> Config:
-    tree: dict[str, Any] = {}
-    if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise TeamTRError(f"Config file {p} does not exist; see configs/ for the shipped ones.")
-        tree = load_yaml(p.read_text()) or {}
-        if not isinstance(tree, dict):
-            raise TeamTRError(f"Config file {p} must hold a mapping of sections (seed, env, model, ...).")
-    return validate(apply_overrides(tree, overrides or []))
+    """``path`` (a file or a shipped config name; ``None``: the defaults) with ``key.path=value`` overrides."""
+    overrides = list(overrides or [])
+    return validate(apply_overrides(_switch_world(read_config_tree(path), overrides), overrides))
 
 
 def dump_config(config: Config) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,42 @@ def cache_dir() -> Path:
     return Path(os.environ.get("TEAMTR_CACHE", Path.home() / ".cache" / "teamtr")).expanduser()
 
 
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def cpu_bf16_native() -> bool:
+    """True when this CPU runs bfloat16 matmuls in hardware (AVX512-BF16 or AMX); elsewhere
+    oneDNN emulates bf16 and a bf16 trunk runs several times slower than float32."""
+    probes = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")
+    return any(bool(getattr(torch.cpu, name, lambda: False)()) for name in probes)
+
+
+def bf16_native(device: torch.device) -> bool:
+    """True when ``device`` runs bfloat16 natively: a CUDA GPU with bf16, or a CPU with AVX512-BF16/AMX."""
+    if device.type == "cuda":
+        return bool(torch.cuda.is_bf16_supported())
+    return device.type == "cpu" and cpu_bf16_native()
+
+
+def bf16_slowdown(size: int = 256, seconds: float = 0.5) -> float:
+    """Time per bfloat16 matmul over time per float32 matmul on this CPU (a probe of ~``seconds``)."""
+    a = torch.randn(size, size, generator=torch.Generator().manual_seed(0))
+
+    def per_call(x: torch.Tensor) -> float:
+        x @ x  # warm-up: first calls pick kernels
+        calls, start = 0, time.perf_counter()
+        while (elapsed := time.perf_counter() - start) < seconds / 2 or calls < 3:
+            x @ x
+            calls += 1
+        return elapsed / calls
+
+    return per_call(a.bfloat16()) / per_call(a)
+
+
 def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.device, torch.dtype]:
-    """``auto``: CUDA with bfloat16 when present, else CPU with float32."""
+    """``device: auto``: CUDA when present, else CPU. ``dtype: auto``: bfloat16 where the device runs
+    it natively (see ``bf16_native``), else float32. A bfloat16 forced on a CPU that emulates it
+    warns with the slowdown a matmul probe measured."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -58,12 +93,16 @@ def resolve_device(device: str = "auto", dtype: str = "auto") -> tuple[torch.dev
         raise TeamTRError(f"model.device {device!r} is not a torch device (use auto, cpu, cuda, cuda:1).") from err
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise TeamTRError("model.device is cuda but torch sees no GPU; set model.device=cpu or auto.")
-    names = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
     if dtype == "auto":
-        return dev, torch.bfloat16 if dev.type == "cuda" else torch.float32
-    if dtype not in names:
-        raise TeamTRError(f"model.dtype {dtype!r} is not one of auto, {', '.join(names)}.")
-    return dev, names[dtype]
+        return dev, torch.bfloat16 if bf16_native(dev) else torch.float32
+    if dtype not in _DTYPES:
+        raise TeamTRError(f"model.dtype {dtype!r} is not one of auto, {', '.join(_DTYPES)}.")
+    if dtype == "bfloat16" and dev.type == "cpu" and not cpu_bf16_native():
+        warnings.warn(
+            f"model.dtype=bfloat16 on a CPU without native bf16 (capability "
+            f"{torch.backends.cpu.get_cpu_capability()}): a matmul probe ran {bf16_slowdown():.1f}x slower "
+            "than float32 here; set model.dtype=auto (float32 on this CPU).", RuntimeWarning, stacklevel=2)
+    return dev, _DTYPES[dtype]
 
 
 def gguf_path() -> Path:
