@@ -148,11 +148,16 @@ class Team:
         """Carry out candidate ``choice`` of the current state.
 
         Returns:
-            ``(state, reward, done, info)``; info has ``events`` (every event of the decision),
-            ``terms`` (reward term -> value), ``outcome`` (``success``/``failure``/None),
-            ``terminated``, ``truncated`` (always False: a world's step limit or deadline is part
-            of its task, so running out of time is a failure, a real termination), ``ticks``
+            ``(state, reward, done, info)``; ``done`` is True once the episode has ended, either way.
+            info has ``events`` (every event of the decision), ``terms`` (reward term -> value),
+            ``outcome`` (``success``/``failure``/None), ``terminated`` and ``truncated``, ``ticks``
             (world ticks this decision ran), ``directive`` (the chosen Directive).
+
+        How an episode ends decides which of ``terminated``/``truncated`` is True (never both): a
+        world whose step limit is part of its task (escape-room's step budget, software-team's
+        deadline) *terminates* when it runs out, a failure after which nothing more is earned; a
+        world whose limit is a cut (Overcooked's horizon, MPE's max cycles: ``world.truncated()``)
+        is *truncated*, and learners bootstrap from the value of the last state.
         """
         if self.finished or self.state is None:
             raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
@@ -188,13 +193,14 @@ class Team:
         self._remember(directive, events)
         outcome = self.world.outcome()
         self.finished = outcome is not None
+        truncated = self.finished and self.world.truncated()
         self.state = self._observe()
         info = {
             "events": events,
             "terms": terms,
             "outcome": outcome,
-            "terminated": self.finished,
-            "truncated": False,
+            "terminated": self.finished and not truncated,
+            "truncated": truncated,
             "ticks": ticks,
             "directive": directive,
         }
