@@ -172,21 +172,7 @@ class Team:
                 f"0..{len(candidates) - 1} ({len(candidates)} candidates)."
             )
         directive = candidates[index]
-        events: list[Event] = []
-        if directive.kind == "goal":
-            events.append(Event("directive_followed", None, directive.task))
-        for name in recipients(directive, self.world.agents):
-            events += self.agents[name].receive(self.world, directive)
-        ticks, native = 0, 0.0
-        while True:
-            actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
-            events += self.world.step(actions)
-            native += float(getattr(self.world, "tick_reward", 0.0))
-            ticks += 1
-            for name in self.world.agents:
-                events += self.agents[name].after(self.world)
-            if self.world.outcome() is not None or self.world.decision_due():
-                break
+        events, ticks, native = self._carry_out(directive)
         self.ticks += ticks
         reward, terms = self.rewards(events, directive, self.previous, native)
         self.previous = directive
@@ -205,6 +191,27 @@ class Team:
             "directive": directive,
         }
         return self.state, reward, self.finished, info
+
+    def _carry_out(self, directive: Directive) -> tuple[list[Event], int, float]:
+        """Deliver ``directive``, then run ticks until the world wants a decision or has ended.
+
+        Returns the events of the decision, the ticks run and the world's own reward over them.
+        """
+        events: list[Event] = []
+        if directive.kind == "goal":
+            events.append(Event("directive_followed", None, directive.task))
+        for name in recipients(directive, self.world.agents):
+            events += self.agents[name].receive(self.world, directive)
+        ticks, native = 0, 0.0
+        while True:
+            actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
+            events += self.world.step(actions)
+            native += float(getattr(self.world, "tick_reward", 0.0))
+            ticks += 1
+            for name in self.world.agents:
+                events += self.agents[name].after(self.world)
+            if self.world.outcome() is not None or self.world.decision_due():
+                return events, ticks, native
 
     def _remember(self, directive: Directive, events: list[Event]) -> None:
         """History lines: the directive, then what went wrong or right with it (short, for tokens)."""
