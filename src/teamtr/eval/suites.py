@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from teamtr.core import TeamTRError
-from teamtr.envs.registry import world_class
+from teamtr.envs import world_class
 from teamtr.eval.baselines import Policy
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
