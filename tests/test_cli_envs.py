@@ -6,7 +6,7 @@ import json
 import gymnasium as gym
 import pytest
 
-import teamtr.envs.gym  # noqa: F401  (registers the gymnasium ids)
+import teamtr.gym  # noqa: F401  (registers the gymnasium ids)
 from teamtr.cli import main
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, register

@@ -122,6 +122,9 @@ def test_heldout_names_share_no_word_with_default():
         ({"names": "klingon"}, "names='klingon' is not allowed; allowed: default, heldout"),
         ({"compliance": 1.5}, "compliance=1.5 is out of range; allowed: 0.0..1.0"),
         ({"max_steps": 0}, "max_steps=0 is out of range"),
+        ({"agents": "three"}, "agents='three' is not an integer; allowed: 2..6"),
+        ({"agents": 2.5}, "agents=2.5 is not an integer; allowed: 2..6"),
+        ({"agents": True}, "agents=True is not an integer; allowed: 2..6"),
     ],
 )
 def test_bad_options_name_the_key_the_value_and_what_is_allowed(options, message):

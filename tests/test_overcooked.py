@@ -184,8 +184,11 @@ def test_ring_layouts_do_not_jam() -> None:
 
 def test_decision_every_bounds_the_ticks_between_decisions() -> None:
     team = Team(oc.OvercookedWorld(layout="forced_coordination", horizon=60, decision_every=4))
-    state, done, ticks = team.reset(0), False, []
+    state, done, ticks, ends = team.reset(0), False, [], []
     while not done:
         state, _, done, info = team.step(len(state.candidates) - 1)  # the no-op
         ticks.append(info["ticks"])
+        ends.append((info["terminated"], info["truncated"]))
     assert sum(ticks) == 60 and max(ticks) <= 4 and min(ticks) >= 1
+    # The horizon is a cut (the reward is per soup): the last decision is truncated, never terminated.
+    assert ends[-1] == (False, True) and set(ends[:-1]) == {(False, False)}

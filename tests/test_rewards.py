@@ -62,3 +62,21 @@ def test_episode_metrics_from_events():
                  "milestones": 1.0}
     both = summarize([tracker.finish(), EpisodeTracker(2).finish()])
     assert both["success"] == 0.5 and both["return"] == 5.5 and both["episodes"] == 2
+
+
+def test_a_worlds_own_event_kinds_count_in_no_term_and_per_kind_in_the_metrics():
+    own = [Event("handoff", "runner_1"), Event("handoff", "runner_2"), Event("followed", "runner_2")]
+    composer = RewardComposer()
+    with_own, terms_own = composer([*own, Event("idle", "runner_3")], FETCH, None)
+    without, terms = composer([Event("idle", "runner_3")], FETCH, None)
+    assert with_own == without == pytest.approx(-0.05) and terms_own == terms
+    tracker = EpisodeTracker(n_agents=3)
+    tracker.update(FETCH, [*own, Event("directive_followed", "runner_1")], 0.0)
+    tracker.update(FETCH, [Event("handoff", "runner_3"), Event("failure")], -5.0)
+    first = tracker.finish()
+    # "followed" is a world's own kind, not the built-in directive_followed: it is no delivery
+    assert first.comm_effectiveness == 1.0 and first.other_events == {"followed": 1, "handoff": 3}
+    assert list(first.as_dict()) == list(METRICS)
+    table = summarize([first, EpisodeTracker(3).finish()])
+    assert table["events/handoff"] == 1.5 and table["events/followed"] == 0.5
+    assert list(table)[: len(METRICS) + 1] == [*METRICS, "episodes"]

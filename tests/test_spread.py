@@ -95,6 +95,7 @@ def test_events_rewards_and_outcome() -> None:
         kinds += [e.kind for e in events]
         rewards.append(world.tick_reward)
     assert set(kinds) <= set(EVENT_KINDS) and kinds[-1] == world.outcome()
+    assert world.truncated() and world.t == world.horizon  # MPE's max cycles are a cut, not the task's end
     assert all(r <= 0 for r in rewards)  # -distance and -collisions: never positive
     assert kinds.count("milestone") >= len(world.covered())
 

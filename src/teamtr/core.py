@@ -21,7 +21,9 @@ from typing import Literal, Protocol, runtime_checkable
 DirectiveKind = Literal["schedule", "goal", "allocate", "noop"]
 DIRECTIVE_KINDS: tuple[str, ...] = ("schedule", "goal", "allocate", "noop")
 
-#: Every event kind a world or a role agent may emit. Reward terms and metrics key on these names.
+#: The built-in event kinds: the built-in reward terms and metrics key on these names. A world may
+#: emit kinds of its own (a relay world's "handoff"): they are kept in the events, logged and counted
+#: by the metrics, and ignored by the terms that do not know them.
 EVENT_KINDS: tuple[str, ...] = (
     "conflict",  # two agents fight over one resource (same item, same pot, same landmark)
     "idle",  # an able agent spent the tick with nothing to do
@@ -68,15 +70,21 @@ NOOP = Directive(text="no new directive", target=None, task="noop", kind="noop")
 
 @dataclass(frozen=True)
 class Event:
-    """Something that happened in one tick. ``agent`` is the role agent concerned, if any."""
+    """Something that happened in one tick. ``agent`` is the role agent concerned, if any.
+
+    ``kind`` is one of ``EVENT_KINDS`` or a world's own kind: any identifier ("handoff").
+    """
 
     kind: str
     agent: str | None = None
     detail: str = ""
 
     def __post_init__(self) -> None:
-        if self.kind not in EVENT_KINDS:
-            raise ValueError(f"Event kind {self.kind!r} is not one of {', '.join(EVENT_KINDS)}.")
+        if not isinstance(self.kind, str) or not self.kind.isidentifier():
+            raise ValueError(
+                f"Event kind {self.kind!r} is not an identifier; use a word such as "
+                f"{', '.join(EVENT_KINDS[:3])} or a world's own kind (\"handoff\")."
+            )
 
 
 @dataclass(frozen=True)
@@ -100,11 +108,18 @@ class World(Protocol):
         agents: the role agents' names, in a fixed order.
         task: the static task text (rules, goal): the same for every state of an episode, so the
             coordinator can encode it once as part of a shared prompt prefix.
+        team_size_option: ``(option, default)`` of the constructor option that sets how many role
+            agents there are (escape-room: ``("agents", 3)``), or ``None`` for a fixed team; the
+            generalisation suite evaluates one agent more.
+        vocabulary_option: ``(option, value)`` that switches to held-out names (``("names",
+            "heldout")``), or ``None``; the generalisation suite evaluates it.
     """
 
     name: str
     agents: list[str]
     task: str
+    team_size_option: tuple[str, int] | None
+    vocabulary_option: tuple[str, str] | None
 
     def reset(self, seed: int) -> None:
         """Start a new episode; the same seed gives the same episode."""
@@ -136,6 +151,16 @@ class World(Protocol):
 
     def outcome(self) -> Outcome | None:
         """``success`` or ``failure`` once the episode has ended, else ``None``."""
+
+    def truncated(self) -> bool:
+        """True once the episode has ended by a cut rather than by its task.
+
+        A step limit is either part of the task (a deadline, a step budget the task text states:
+        running out of ticks is the task's failure, a real termination; always False) or a cut (a
+        fixed horizon such as Overcooked's 400 ticks or MPE's max cycles, where the reward is per
+        tick and the task would go on: True once the ticks ran out, and learners bootstrap from the
+        value of the last state).
+        """
 
     def expert_directive(self) -> Directive:
         """An oracle's directive for the current state (demonstrations and an upper bound)."""

@@ -148,11 +148,16 @@ class Team:
         """Carry out candidate ``choice`` of the current state.
 
         Returns:
-            ``(state, reward, done, info)``; info has ``events`` (every event of the decision),
-            ``terms`` (reward term -> value), ``outcome`` (``success``/``failure``/None),
-            ``terminated``, ``truncated`` (always False: a world's step limit or deadline is part
-            of its task, so running out of time is a failure, a real termination), ``ticks``
+            ``(state, reward, done, info)``; ``done`` is True once the episode has ended, either way.
+            info has ``events`` (every event of the decision), ``terms`` (reward term -> value),
+            ``outcome`` (``success``/``failure``/None), ``terminated`` and ``truncated``, ``ticks``
             (world ticks this decision ran), ``directive`` (the chosen Directive).
+
+        How an episode ends decides which of ``terminated``/``truncated`` is True (never both): a
+        world whose step limit is part of its task (escape-room's step budget, software-team's
+        deadline) *terminates* when it runs out, a failure after which nothing more is earned; a
+        world whose limit is a cut (Overcooked's horizon, MPE's max cycles: ``world.truncated()``)
+        is *truncated*, and learners bootstrap from the value of the last state.
         """
         if self.finished or self.state is None:
             raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
@@ -167,6 +172,31 @@ class Team:
                 f"0..{len(candidates) - 1} ({len(candidates)} candidates)."
             )
         directive = candidates[index]
+        events, ticks, native = self._carry_out(directive)
+        self.ticks += ticks
+        reward, terms = self.rewards(events, directive, self.previous, native)
+        self.previous = directive
+        self._remember(directive, events)
+        outcome = self.world.outcome()
+        self.finished = outcome is not None
+        truncated = self.finished and self.world.truncated()
+        self.state = self._observe()
+        info = {
+            "events": events,
+            "terms": terms,
+            "outcome": outcome,
+            "terminated": self.finished and not truncated,
+            "truncated": truncated,
+            "ticks": ticks,
+            "directive": directive,
+        }
+        return self.state, reward, self.finished, info
+
+    def _carry_out(self, directive: Directive) -> tuple[list[Event], int, float]:
+        """Deliver ``directive``, then run ticks until the world wants a decision or has ended.
+
+        Returns the events of the decision, the ticks run and the world's own reward over them.
+        """
         events: list[Event] = []
         if directive.kind == "goal":
             events.append(Event("directive_followed", None, directive.task))
@@ -181,24 +211,7 @@ class Team:
             for name in self.world.agents:
                 events += self.agents[name].after(self.world)
             if self.world.outcome() is not None or self.world.decision_due():
-                break
-        self.ticks += ticks
-        reward, terms = self.rewards(events, directive, self.previous, native)
-        self.previous = directive
-        self._remember(directive, events)
-        outcome = self.world.outcome()
-        self.finished = outcome is not None
-        self.state = self._observe()
-        info = {
-            "events": events,
-            "terms": terms,
-            "outcome": outcome,
-            "terminated": self.finished,
-            "truncated": False,
-            "ticks": ticks,
-            "directive": directive,
-        }
-        return self.state, reward, self.finished, info
+                return events, ticks, native
 
     def _remember(self, directive: Directive, events: list[Event]) -> None:
         """History lines: the directive, then what went wrong or right with it (short, for tokens)."""

@@ -50,6 +50,8 @@ class EscapeRoomWorld:
     """
 
     name = "escape-room"
+    team_size_option = ("agents", 3)
+    vocabulary_option = ("names", "heldout")
 
     def __init__(
         self,
@@ -261,6 +263,10 @@ class EscapeRoomWorld:
 
     def outcome(self) -> Outcome | None:
         return self._outcome
+
+    def truncated(self) -> bool:
+        """Never: the task text says "fail after max_steps ticks", so the step budget is the task's."""
+        return False
 
     def decision_due(self) -> bool:
         return True

@@ -65,6 +65,8 @@ class OvercookedWorld:
     """
 
     name = "overcooked"
+    team_size_option = None  # the layouts are drawn for two cooks
+    vocabulary_option = None
 
     def __init__(
         self,
@@ -124,6 +126,10 @@ class OvercookedWorld:
         if self.t < self.horizon:
             return None
         return "success" if self.soups >= self.goal_soups else "failure"
+
+    def truncated(self) -> bool:
+        """At the horizon: the reward is per soup and the kitchen would go on, so the end is a cut."""
+        return self.t >= self.horizon
 
     # ---------------------------------------------------------------------------------- texts
     def describe(self) -> str:

@@ -75,6 +75,8 @@ class SoftwareTeamWorld:
     """
 
     name = "software-team"
+    team_size_option = ("engineers", 2)
+    vocabulary_option = ("names", "heldout")
 
     def __init__(
         self,
@@ -263,6 +265,10 @@ class SoftwareTeamWorld:
 
     def outcome(self) -> Outcome | None:
         return self._outcome
+
+    def truncated(self) -> bool:
+        """Never: shipping by the deadline is the task, so missing it is the task's failure."""
+        return False
 
     def decision_due(self) -> bool:
         return True

@@ -35,6 +35,8 @@ class SpreadWorld:
     """
 
     name = "spread"
+    team_size_option = ("N", 3)
+    vocabulary_option = None
 
     def __init__(self, N: int = 3, horizon: int = 25, decision_every: int = 5, local_ratio: float = 0.5) -> None:
         check_int(self.name, "N", N, 2, 6)
@@ -92,6 +94,10 @@ class SpreadWorld:
         if self.t < self.horizon:
             return None
         return "success" if len(self.covered()) == self.N else "failure"
+
+    def truncated(self) -> bool:
+        """At the horizon (MPE's max cycles): the reward is per tick, so the end is a cut."""
+        return self.t >= self.horizon
 
     # ---------------------------------------------------------------------------------- texts
     def describe(self) -> str:

@@ -1,7 +1,9 @@
 """Evaluation suites: the seed's generalisation tests, and policies x suites tables.
 
 ``generalisation``: the trained setting, one more agent ("train with 3 agents, test with 4"), and the
-held-out vocabulary of agent, item and zone names ("train on A, B, C, test on D, E, F").
+held-out vocabulary of agent, item and zone names ("train on A, B, C, test on D, E, F"). Each world
+declares the options these use (``team_size_option``, ``vocabulary_option``; see ``core.World``), so
+the suite works for plug-in worlds as for the built-in ones.
 """
 
 from __future__ import annotations
@@ -10,34 +12,32 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
+from teamtr.core import TeamTRError
+from teamtr.envs import world_class
 from teamtr.eval.baselines import Policy
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
 from teamtr.telemetry.metrics import summarize
 
-#: The option that sets the team's size, per world (worlds with a fixed team have none).
-TEAM_SIZE_OPTION = {"escape-room": ("agents", 3), "software-team": ("engineers", 2), "spread": ("agents", 3)}
-#: Worlds that offer the held-out name vocabulary.
-HELDOUT_NAMES = ("escape-room", "software-team")
-
 
 def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") -> dict[str, dict[str, Any]]:
     """Suite name -> world options. ``heldout``: the training setting on held-out seeds only;
-    ``generalisation``: that, plus one more agent, plus held-out names."""
+    ``generalisation``: that, plus one more agent, plus held-out names, as far as world ``env_name``
+    declares the options for them."""
     base = dict(options)
     out = {"heldout": base}
     if which == "heldout":
         return out
     if which != "generalisation":
-        from teamtr.core import TeamTRError
-
         raise TeamTRError(f"--suite {which!r} is not one of heldout, generalisation.")
-    if env_name in TEAM_SIZE_OPTION:
-        key, default = TEAM_SIZE_OPTION[env_name]
+    cls = world_class(env_name)
+    if cls.team_size_option is not None:
+        key, default = cls.team_size_option
         n = int(base.get(key, default)) + 1
         out[f"{key}={n}"] = {**base, key: n}
-    if env_name in HELDOUT_NAMES:
-        out["names=heldout"] = {**base, "names": "heldout"}
+    if cls.vocabulary_option is not None:
+        key, value = cls.vocabulary_option
+        out[f"{key}={value}"] = {**base, key: value}
     return out
 
 

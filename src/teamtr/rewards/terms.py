@@ -15,6 +15,9 @@ Term names are config keys:
   at least ``REPEAT_THRESHOLD`` (no spamming the same directive; different agents doing similar
   templated work, "agent_A: fetch the map" then "agent_B: fetch the key", is not spam).
 
+A world's own event kinds (``core.EVENT_KINDS`` lists the built-in ones) count in no term: they are
+logged and counted by the metrics, and a term for them would be a new entry in ``TERMS``.
+
 The seed's advice "sparse first, dense later" is a ``schedule``: ``{"idle": 50}`` switches the idle
 term on from training iteration 50 (``set_progress(iteration)``); before that its weight is 0.
 """

@@ -13,14 +13,20 @@ Names (used as-is in logs and tables): ``success``, ``return``, ``length``, ``co
   coordinator gave no directive at all).
 - ``invalid_rate``: ``directive_invalid`` over the same deliveries.
 - ``repeat_rate``: share of non-no-op decisions that repeat the previous non-no-op directive verbatim.
+
+A world's own event kinds (those outside ``core.EVENT_KINDS``, such as a relay world's ``handoff``)
+are counted per kind in ``EpisodeMetrics.other_events``; ``summarize`` adds their mean count per
+episode as ``events/<kind>`` (0 for an episode without them). The columns above stay fixed, so a
+table or a log line has the same keys whatever the world.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from teamtr.core import Directive, Event
+from teamtr.core import EVENT_KINDS, Directive, Event
 
 METRICS: tuple[str, ...] = (
     "success",
@@ -48,6 +54,7 @@ class EpisodeMetrics:
     invalid_rate: float
     repeat_rate: float
     milestones: int
+    other_events: dict[str, int] = field(default_factory=dict)  # a world's own kind -> count
 
     def as_dict(self) -> dict[str, float]:
         """Metric name -> value, with the names of ``METRICS``."""
@@ -74,6 +81,7 @@ class EpisodeTracker:
         self.issued = 0
         self.repeats = 0
         self.outcome: str | None = None
+        self.other: Counter[str] = Counter()
         self._last: Directive | None = None
 
     def update(self, directive: Directive, events: Iterable[Event], reward: float, ticks: int = 1) -> None:
@@ -88,7 +96,9 @@ class EpisodeTracker:
             self._last = directive
         for event in events:
             key = event.kind.removeprefix("directive_")
-            if key in self.counts:
+            if event.kind not in EVENT_KINDS:
+                self.other[event.kind] += 1
+            elif key in self.counts:
                 self.counts[key] += 1
             elif event.kind in ("success", "failure"):
                 self.outcome = event.kind
@@ -106,14 +116,20 @@ class EpisodeTracker:
             invalid_rate=self.counts["invalid"] / deliveries if deliveries else 0.0,
             repeat_rate=self.repeats / self.issued if self.issued else 0.0,
             milestones=self.counts["milestone"],
+            other_events=dict(sorted(self.other.items())),
         )
 
 
 def summarize(episodes: Sequence[EpisodeMetrics]) -> dict[str, float]:
-    """Mean of every metric over ``episodes`` (plus ``episodes``: how many)."""
+    """Mean of every metric over ``episodes``, plus ``episodes`` (how many) and ``events/<kind>`` (the
+    mean count per episode of each of the worlds' own event kinds seen)."""
     if not episodes:
         return {"episodes": 0.0}
     rows = [episode.as_dict() for episode in episodes]
     out = {name: sum(row[name] for row in rows) / len(rows) for name in METRICS}
     out["episodes"] = float(len(rows))
+    other: Counter[str] = Counter()
+    for episode in episodes:
+        other.update(episode.other_events)
+    out.update({f"events/{kind}": count / len(rows) for kind, count in sorted(other.items())})
     return out

@@ -6,7 +6,7 @@ directive texts, ``action_space`` is ``Discrete(len(candidates))`` of the curren
 updated on every reset and step) and ``info["action_mask"]`` marks the valid indices within
 ``MAX_CANDIDATES`` for fixed-size learners; an index past the candidates is an error, not a no-op.
 
-    import gymnasium as gym, teamtr.envs.gym  # registers the ids
+    import gymnasium as gym, teamtr.gym  # registers the ids
     env = gym.make("teamtr/EscapeRoom-v0", agents=4)
 """
 
@@ -19,7 +19,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from teamtr.envs.registry import make
+from teamtr.envs import make
 from teamtr.team import Team, TeamState
 
 MAX_CANDIDATES = 64
