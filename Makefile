@@ -41,11 +41,11 @@ bench: setup
 	$(BIN)/python benchmarks/dtype.py
 
 train: setup
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config configs/default.yaml --set run_dir=runs/default-$$(date +%Y%m%d-%H%M%S)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config default --set run_dir=runs/default-$$(date +%Y%m%d-%H%M%S)
 
 # RL alone, no behaviour cloning (README, "RL alone"): ~80 min on a 2-core CPU, greedy held-out success 1.000.
 train-rl: setup
-	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config configs/escape_room_ppo.yaml --set run_dir=runs/escape_room_ppo-$$(date +%Y%m%d-%H%M%S)
+	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config escape_room_ppo --set run_dir=runs/escape_room_ppo-$$(date +%Y%m%d-%H%M%S)
 
 clean:
 	rm -rf $(VENV) runs results .pytest_cache

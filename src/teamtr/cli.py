@@ -25,7 +25,7 @@ from pathlib import Path
 from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
-from teamtr.envs import info, make, names, spec
+from teamtr.envs import info, make, names, options
 from teamtr.eval.baselines import BASELINES, baseline
 from teamtr.eval.suites import evaluate_table, suites
 from teamtr.team import Team
@@ -35,9 +35,18 @@ DEFAULT_CONFIG = "default"  # the shipped config (src/teamtr/configs/default.yam
 
 
 def cmd_envs(_: argparse.Namespace) -> int:
+    """Each world: its description (and missing extra), then its options with their defaults."""
+    import inspect
+
     width = max(map(len, names()))
     for name in names():
         print(f"{name:<{width}}  {info(name)}")
+        try:
+            found = options(name)
+        except TeamTRError:
+            continue  # a missing extra or a broken plug-in: info() already says which
+        shown = ", ".join(k if v is inspect.Parameter.empty else f"{k}={v!r}" for k, v in found.items())
+        print(f"{'':<{width}}  options: {shown or 'none'}")
     return 0
 
 
