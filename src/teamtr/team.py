@@ -173,14 +173,10 @@ class Team:
             )
         directive = candidates[index]
         events, ticks, native = self._carry_out(directive)
-        self.ticks += ticks
         reward, terms = self.rewards(events, directive, self.previous, native)
-        self.previous = directive
-        self._remember(directive, events)
+        self.conclude(directive, events)
         outcome = self.world.outcome()
-        self.finished = outcome is not None
         truncated = self.finished and self.world.truncated()
-        self.state = self._observe()
         info = {
             "events": events,
             "terms": terms,
@@ -197,21 +193,46 @@ class Team:
 
         Returns the events of the decision, the ticks run and the world's own reward over them.
         """
+        events = self.deliver(directive)
+        ticks, native = 0, 0.0
+        while True:
+            actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
+            tick_events, tick_native = self.tick(actions)
+            events += tick_events
+            native += tick_native
+            ticks += 1
+            if self.world.outcome() is not None or self.world.decision_due():
+                return events, ticks, native
+
+    # -- the tick-level steps of a decision, for views that drive the role agents themselves
+    # -- (``teamtr.pettingzoo``): deliver, then tick until the decision ends, then conclude.
+    def deliver(self, directive: Directive) -> list[Event]:
+        """Hand ``directive`` to the role agents it addresses; returns the directive_* events."""
         events: list[Event] = []
         if directive.kind == "goal":
             events.append(Event("directive_followed", None, directive.task))
         for name in recipients(directive, self.world.agents):
             events += self.agents[name].receive(self.world, directive)
-        ticks, native = 0, 0.0
-        while True:
-            actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
-            events += self.world.step(actions)
-            native += float(getattr(self.world, "tick_reward", 0.0))
-            ticks += 1
-            for name in self.world.agents:
-                events += self.agents[name].after(self.world)
-            if self.world.outcome() is not None or self.world.decision_due():
-                return events, ticks, native
+        return events
+
+    def tick(self, actions: dict[str, str]) -> tuple[list[Event], float]:
+        """One world tick with ``actions`` (agent -> primitive action), then the role agents'
+        ``after`` events; returns the tick's events and the world's own reward of the tick."""
+        events = self.world.step(actions)
+        native = float(getattr(self.world, "tick_reward", 0.0))
+        self.ticks += 1
+        for name in self.world.agents:
+            events += self.agents[name].after(self.world)
+        return events, native
+
+    def conclude(self, directive: Directive, events: list[Event]) -> TeamState:
+        """End the decision that carried out ``directive`` with ``events``: remember it, note
+        whether the episode ended, and observe the next state."""
+        self.previous = directive
+        self._remember(directive, events)
+        self.finished = self.world.outcome() is not None
+        self.state = self._observe()
+        return self.state
 
     def _remember(self, directive: Directive, events: list[Event]) -> None:
         """History lines: the directive, then what went wrong or right with it (short, for tokens)."""
