@@ -1,12 +1,10 @@
-"""The registry, the gymnasium ids and the ``teamtr envs | eval | play`` commands."""
+"""The registry and the ``teamtr envs | eval | play`` commands (the gymnasium ids: test_gym.py)."""
 
 import io
 import json
 
-import gymnasium as gym
 import pytest
 
-import teamtr.gym  # noqa: F401  (registers the gymnasium ids)
 from teamtr.cli import main
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, register
@@ -88,18 +86,3 @@ def test_play_lets_a_person_coordinate(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert "   8. agent_C: fetch the map" in out and "type a number from 0 to" in out
     assert "episode over: success after 9 ticks" in out
-
-
-@pytest.mark.parametrize("env_id", ["teamtr/EscapeRoom-v0", "teamtr/SoftwareTeam-v0"])
-def test_gymnasium_ids_list_candidates_in_info(env_id):
-    env = gym.make(env_id)
-    obs, info_ = env.reset(seed=1)
-    assert obs.splitlines()[1].startswith("state: tick 0 of ")
-    assert info_["candidates"][-1] == "no new directive"
-    assert env.unwrapped.action_space.n == len(info_["candidates"])
-    total, done = 0.0, False
-    while not done:
-        obs, reward, terminated, truncated, info_ = env.step(info_["expert"])
-        total += reward
-        done = terminated or truncated
-    assert info_["outcome"] == "success" and total > 10

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 import numpy as np
@@ -51,13 +51,18 @@ from teamtr.envs import make, names
 from teamtr.team import Team, TeamState
 
 MAX_CANDIDATES = 64
-MAX_OBSERVATION_CHARS = 16384
+MAX_OBSERVATION_CHARS = 8192
 
 
 def env_id(world: str) -> str:
     """The gymnasium id of a world name: ``escape-room`` -> ``teamtr/EscapeRoom-v0``."""
     camel = "".join(part[:1].upper() + part[1:] for part in re.split(r"[^0-9A-Za-z]+", world))
     return f"teamtr/{camel}-v0"
+
+
+def text_space() -> spaces.Text:
+    """The space of every text observation (printable ASCII, newlines included)."""
+    return spaces.Text(max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=string.printable)
 
 
 def prompt_text(state: TeamState) -> str:
@@ -76,7 +81,7 @@ class TeamEnv(gym.Env):
         options: the world's options.
     """
 
-    metadata = {"render_modes": ["ansi"], "render_fps": 1}
+    metadata: ClassVar[dict[str, Any]] = {"render_modes": ["ansi"], "render_fps": 1}
 
     def __init__(
         self, world: str, render_mode: str | None = None, max_candidates: int = MAX_CANDIDATES,
@@ -85,9 +90,7 @@ class TeamEnv(gym.Env):
         self.team = Team(make(world, **options))
         self.render_mode = render_mode
         self.max_candidates = max_candidates
-        self.observation_space = spaces.Text(
-            max_length=MAX_OBSERVATION_CHARS, min_length=0, charset=string.printable
-        )
+        self.observation_space = text_space()
         self.action_space = spaces.Discrete(max_candidates)
         self._state: TeamState | None = None
 
