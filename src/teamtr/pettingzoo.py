@@ -106,7 +106,10 @@ class TeamParallelEnv(ParallelEnv):
         render_mode: str | None = None, **options: Any,
     ) -> None:
         world = make(world, **options) if isinstance(world, str) else world
-        self.team = Team(world, {name: ScriptedAgent(name) for name in world.agents}, rewards)
+        # Scripted role agents keep each agent's directive in force and the world's record of it;
+        # their planned action is only offered (infos "plan"), the learners' actions are played.
+        self.scripted = {name: ScriptedAgent(name) for name in world.agents}
+        self.team = Team(world, dict(self.scripted), rewards)
         self.coordinator = coordinator_of(coordinator)
         self.max_actions = max_actions
         self.render_mode = render_mode
@@ -116,13 +119,13 @@ class TeamParallelEnv(ParallelEnv):
         self._action_spaces = {a: spaces.Discrete(max_actions) for a in self.possible_agents}
         self._rng = np.random.default_rng()
         self._valid: dict[str, tuple[str, ...]] = {}
-        self._plan: dict[str, str] = {}
         self._directive: Directive = NOOP
         self._fresh: list[Event] | None = None  # the delivery events, until the decision's first tick
         self._events: list[Event] = []  # the events of the decision so far
 
     @property
     def world(self) -> World:
+        """The team's world."""
         return self.team.world
 
     def observation_space(self, agent: str) -> spaces.Text:
@@ -156,18 +159,18 @@ class TeamParallelEnv(ParallelEnv):
         also what keeps the world's record of the directive each agent works on up to date."""
         observations, infos = {}, {}
         for name in self.agents:
-            agent = self.team.agents[name]
-            directive = agent.working(self.world)  # type: ignore[attr-defined]
+            agent = self.scripted[name]
+            directive = agent.working(self.world)
             view = self.world.view(name)
             if len(view.actions) > self.max_actions:
                 raise TeamTRError(
                     f"{self.world.name}: {name} has {len(view.actions)} actions, more than "
                     f"max_actions={self.max_actions}; pass max_actions={len(view.actions)} or more."
                 )
-            self._valid[name], self._plan[name] = view.actions, agent.act(self.world)
+            self._valid[name], planned = view.actions, agent.act(self.world)
             mask = np.zeros(self.max_actions, dtype=np.int8)
             mask[: len(view.actions)] = 1
-            plan = view.actions.index(self._plan[name]) if self._plan[name] in view.actions else -1
+            plan = view.actions.index(planned) if planned in view.actions else -1
             text = directive.text if directive is not None else None
             observations[name] = f"{view.text}\ndirective: {text or 'none'}"
             infos[name] = {"action_mask": mask, "plan": plan, "directive": text}
@@ -177,12 +180,11 @@ class TeamParallelEnv(ParallelEnv):
         """One world tick with one action index per live agent (see the module docstring)."""
         if not self.agents:
             raise TeamTRError("TeamParallelEnv.step called after the episode ended; call reset() first.")
-        chosen, invalid = {}, {}
+        chosen = {}
         for name in self.agents:
-            index = actions.get(name)
-            invalid[name] = index is None or not 0 <= int(index) < len(self._valid[name])
-            if not invalid[name]:
-                chosen[name] = self._valid[name][int(index)]  # type: ignore[arg-type]
+            index, valid = actions.get(name), self._valid[name]
+            if index is not None and 0 <= int(index) < len(valid):
+                chosen[name] = valid[int(index)]
         events, native = self.team.tick(chosen)
         self._events += events
         # The directive's own terms count once, on its first tick, as Team.step counts them once.
@@ -200,7 +202,7 @@ class TeamParallelEnv(ParallelEnv):
         observations, infos = self._observe()
         for name in live:
             infos[name].update(terms=dict(terms), events=list(events), outcome=outcome,
-                               invalid_action=invalid[name])
+                               invalid_action=name not in chosen)
         if outcome is not None:
             self.agents = []
         return (observations, dict.fromkeys(live, float(reward)),
@@ -212,7 +214,7 @@ class TeamParallelEnv(ParallelEnv):
             return None
         lines = [self.world.describe()]
         for name in self.agents:
-            directive = self.team.agents[name].working(self.world)  # type: ignore[attr-defined]
+            directive = self.scripted[name].working(self.world)
             lines.append(f"{name}: {directive.text if directive is not None else 'no directive'}")
         return "\n".join(lines)
 
