@@ -218,7 +218,7 @@ class Team:
     def tick(self, actions: dict[str, str]) -> tuple[list[Event], float]:
         """One world tick with ``actions`` (agent -> primitive action), then the role agents'
         ``after`` events; returns the tick's events and the world's own reward of the tick."""
-        events = self.world.step(actions)
+        events = list(self.world.step(actions))  # a world may hand back a list it keeps
         native = float(getattr(self.world, "tick_reward", 0.0))
         self.ticks += 1
         for name in self.world.agents:
