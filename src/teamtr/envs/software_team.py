@@ -274,7 +274,8 @@ class SoftwareTeamWorld:
                 continue
             paired = len(crew) == 2 and all(verb == "pair" for _, verb in crew)
             if len(crew) > 1 and not paired:
-                events += [Event("conflict", agent, f"{len(crew)} agents on {item}") for agent, _ in crew[1:]]
+                events += [Event("conflict", agent, f"{len(crew)} agents on the {self.vocab['names'][item]}")
+                           for agent, _ in crew[1:]]
             self._progress[item] += 2 if paired else 1
             if self._progress[item] >= ITEMS[item][1]:
                 events += self._finish(item, crew[0][0])
@@ -295,7 +296,8 @@ class SoftwareTeamWorld:
             self._bug = self._rng.choice(MODULES)
             self._done[self._bug], self._progress[self._bug] = False, ITEMS[self._bug][1] - 1
             self._done["tests"], self._progress["tests"] = False, 0
-            events[0] = Event("milestone", agent, f"tests found a bug in the {self.vocab['names'][self._bug]}")
+            names = self.vocab["names"]
+            events[0] = Event("milestone", agent, f"{names['tests']} found a bug in the {names[self._bug]}")
         if item == "release":
             self._outcome = "success"
             events.append(Event("success", agent, "released"))
