@@ -9,6 +9,7 @@ from teamtr.core import Directive, TeamTRError
 from teamtr.envs import make
 from teamtr.envs.escape_room import VOCAB
 from teamtr.envs.vocabulary import words
+from teamtr.eval import baseline, run_episodes, summarize
 from teamtr.team import Team
 
 
@@ -161,8 +162,8 @@ def test_fresh_names_are_drawn_per_seed_and_the_same_seed_gives_the_same_names()
         two.reset(seed)
         assert (one.task, one.describe(), one.directives()) == (two.task, two.describe(), two.directives())
         names = one.agents + one.items + one.zones
-        assert len(set(names)) == 3 + 3 + 4 and not set(names) & set(sum(
-            (VOCAB[v][k] for v in VOCAB for k in VOCAB[v]), []))
+        assert len(set(names)) == 3 + 3 + 4
+        assert not set(names) & {n for v in VOCAB.values() for kind in v.values() for n in kind}
         assert not any(a != b and b.startswith(a) for a in names for b in names)
         tasks.add(one.task)
     assert len(tasks) == 100
@@ -186,11 +187,13 @@ def test_a_fresh_episode_is_the_default_episode_renamed():
     rng = random.Random(0)
     fixed = words(VOCAB["default"]["items"] + VOCAB["default"]["zones"])
     for seed in range(30):
-        default, fresh = Team(make("escape-room", agents=4, items=4)), Team(make("escape-room", agents=4, items=4, names="fresh"))
+        options = {"agents": 4, "items": 4}
+        default, fresh = Team(make("escape-room", **options)), Team(make("escape-room", **options, names="fresh"))
         a, b, done = default.reset(seed), fresh.reset(seed), False
         while not done:
             assert _renamed(b.state, fresh.world, default.world) == a.state
-            assert [_renamed(c.text, fresh.world, default.world) for c in b.candidates] == [c.text for c in a.candidates]
+            renamed = [_renamed(c.text, fresh.world, default.world) for c in b.candidates]
+            assert renamed == [c.text for c in a.candidates]
             assert a.expert == b.expert and len(a.candidates) == len(b.candidates)
             assert [_renamed(h, fresh.world, default.world) for h in b.history] == list(a.history)
             texts = [b.task, b.state, *b.history, *(c.text for c in b.candidates)]
@@ -202,12 +205,10 @@ def test_a_fresh_episode_is_the_default_episode_renamed():
 
 
 def test_oracle_wins_with_fresh_names_and_random_matches_default_names():
-    from teamtr.eval import baseline, run_episodes, summarize
-
     seeds = range(200)
     for options in ({}, {"agents": 6, "items": 5, "zones": 6}, {"hints": True}):
         fresh = {**options, "names": "fresh"}
         assert summarize(run_episodes("escape-room", fresh, baseline("oracle"), seeds))["success"] == 1.0
-        rate = {o["names"] if "names" in o else "default": summarize(
+        rate = {o.get("names", "default"): summarize(
             run_episodes("escape-room", o, baseline("random"), seeds))["success"] for o in (options, fresh)}
         assert rate["fresh"] == rate["default"] <= 0.25  # the same episodes, renamed

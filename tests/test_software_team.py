@@ -6,9 +6,9 @@ import re
 import pytest
 
 from teamtr.core import Directive, TeamTRError
-from teamtr.envs import make
+from teamtr.envs import make, vocabulary
 from teamtr.envs.software_team import VOCAB
-from teamtr.envs import vocabulary
+from teamtr.eval import baseline, run_episodes, summarize
 from teamtr.team import Team
 
 
@@ -171,11 +171,13 @@ def test_a_fresh_episode_is_the_default_episode_renamed():
         while not done:
             assert _renamed(b.state, team.world, default.world) == a.state
             assert _renamed(b.task, team.world, default.world) == a.task
-            assert [_renamed(c.text, team.world, default.world) for c in b.candidates] == [c.text for c in a.candidates]
+            renamed = [_renamed(c.text, team.world, default.world) for c in b.candidates]
+            assert renamed == [c.text for c in a.candidates]
             assert a.expert == b.expert and len(a.candidates) == len(b.candidates)
             assert [_renamed(h, team.world, default.world) for h in b.history] == list(a.history)
             assert not vocabulary.words(b.history) & own_default, b.history  # no fixed word leaks into the texts
-            assert not vocabulary.words([b.state, *(c.text for c in b.candidates[:-1])]) & own_default  # [-1]: the no-op
+            texts = [b.state, *(c.text for c in b.candidates[:-1])]  # the task and the no-op: fixed template
+            assert not vocabulary.words(texts) & own_default
             pick = a.expert if seed % 2 else rng.randrange(len(a.candidates))  # oracle and random play
             a, ra, done, _ = default.step(pick)
             b, rb, done_b, _ = team.step(pick)
@@ -183,8 +185,6 @@ def test_a_fresh_episode_is_the_default_episode_renamed():
 
 
 def test_oracle_wins_with_fresh_words_and_random_matches_default_words():
-    from teamtr.eval import baseline, run_episodes, summarize
-
     seeds = range(200)
     for options in ({}, {"engineers": 4}):
         fresh = {**options, "names": "fresh"}

@@ -38,7 +38,7 @@ def test_episode_rng_is_seeded_by_world_and_seed_apart_from_the_dynamics_stream(
 
 
 def _escape_room_fixed_words(which: str) -> set[str]:
-    return vocab.words(sum(escape_room.VOCAB[which].values(), []))
+    return vocab.words(n for names in escape_room.VOCAB[which].values() for n in names)
 
 
 def test_escape_room_pools_are_large_and_share_no_word_with_the_fixed_vocabularies():

@@ -34,8 +34,7 @@ VOCAB = {
         "zones": ["crypt", "lab", "chapel", "armory", "mine", "loft"],
     },
 }
-_FORBIDDEN = vocab.forbidden_words(
-    sum(VOCAB["default"].values(), []), sum(VOCAB["heldout"].values(), []))
+_FORBIDDEN = vocab.forbidden_words(*([n for names in VOCAB[v].values() for n in names] for v in ("default", "heldout")))
 FRESH = {  # names: fresh draws each episode's names from these (see envs/vocabulary.py)
     "agents": vocab.agent_pool(_FORBIDDEN),
     "items": vocab.combine([vocab.ITEM_ADJECTIVES, vocab.ITEM_NOUNS], _FORBIDDEN),
