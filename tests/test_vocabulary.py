@@ -2,6 +2,9 @@
 
 import random
 
+import pytest
+
+from teamtr.core import TeamTRError
 from teamtr.envs import escape_room, software_team
 from teamtr.envs import vocabulary as vocab
 
@@ -27,6 +30,11 @@ def test_draw_gives_distinct_names_none_a_prefix_of_another_or_of_a_taken_one():
         assert len(set(got)) == 2 and "spoon" not in got
         assert not any(a != b and b.startswith(a) for a in got for b in got)
         assert taken == ["spoon", *got]  # later draws of the episode stay apart from these
+
+
+def test_draw_from_a_pool_too_small_says_so():
+    with pytest.raises(TeamTRError, match="could not draw 3 distinct names from a pool of 2"):
+        vocab.draw(random.Random(0), ["cup", "plate"], 3)
 
 
 def test_episode_rng_is_seeded_by_world_and_seed_apart_from_the_dynamics_stream():

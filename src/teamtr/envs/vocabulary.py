@@ -19,6 +19,8 @@ import random
 import re
 from collections.abc import Iterable, Sequence
 
+from teamtr.core import TeamTRError
+
 # Words the worlds' own texts use as structure: a name made of them would read as part of a sentence.
 RESERVED = frozenset({"hall", "door", "nothing", "idle", "held", "by", "at", "in", "only", "may",
                       "enter", "tick", "of", "the", "fetch", "open", "bug", "fix", "pair", "with",
@@ -124,12 +126,17 @@ def draw(rng: random.Random, pool: Sequence[str], k: int, taken: list[str] | Non
     (which grows by the names drawn, so several draws of one episode stay apart)."""
     taken = [] if taken is None else taken
     out: list[str] = []
-    while len(out) < k:
+    for _ in range(100 * k + 1000):
+        if len(out) == k:
+            return out
         name = pool[rng.randrange(len(pool))]
         if not _clashes(name, taken):
             out.append(name)
             taken.append(name)
-    return out
+    if len(out) == k:
+        return out
+    raise TeamTRError(f"names: fresh could not draw {k} distinct names from a pool of {len(pool)}; "
+                      "the pool is too small for this many (use fewer agents, items or zones).")
 
 
 def episode_rng(world: str, seed: int) -> random.Random:
