@@ -1,10 +1,15 @@
 """escape-room: text, candidates, access rules, the oracle and option errors."""
 
+import random
+import re
+
 import pytest
 
 from teamtr.core import Directive, TeamTRError
 from teamtr.envs import make
 from teamtr.envs.escape_room import VOCAB
+from teamtr.envs.vocabulary import words
+from teamtr.eval import baseline, run_episodes, summarize
 from teamtr.team import Team
 
 
@@ -119,7 +124,7 @@ def test_heldout_names_share_no_word_with_default():
     [
         ({"agents": 0}, "agents=0 is out of range; allowed: 2..6"),
         ({"items": 5, "zones": 3}, "items=5 is out of range; allowed: 2..5 and at most zones=3"),
-        ({"names": "klingon"}, "names='klingon' is not allowed; allowed: default, heldout"),
+        ({"names": "klingon"}, "names='klingon' is not allowed; allowed: default, heldout, fresh"),
         ({"compliance": 1.5}, "compliance=1.5 is out of range; allowed: 0.0..1.0"),
         ({"max_steps": 0}, "max_steps=0 is out of range"),
         ({"agents": "three"}, "agents='three' is not an integer; allowed: 2..6"),
@@ -138,3 +143,72 @@ def test_task_text_is_static_across_episodes():
     first = world.task
     world.reset(99)
     assert world.task == first and "Fail after 14 ticks" in first
+
+
+def _renamed(text, fresh, default):
+    """``text`` with each fresh name put back to the default name in the same position."""
+    pairs = [(f, d) for kind in ("agents", "items", "zones")
+             for f, d in zip(getattr(fresh, kind), getattr(default, kind))]
+    table = dict(pairs)
+    pattern = "|".join(map(re.escape, sorted(table, key=len, reverse=True)))  # one pass, longest first
+    return re.sub(pattern, lambda m: table[m.group(0)], text)
+
+
+def test_fresh_names_are_drawn_per_seed_and_the_same_seed_gives_the_same_names():
+    one, two = make("escape-room", names="fresh"), make("escape-room", names="fresh")
+    tasks = set()
+    for seed in range(100):
+        one.reset(seed)
+        two.reset(seed)
+        assert (one.task, one.describe(), one.directives()) == (two.task, two.describe(), two.directives())
+        names = one.agents + one.items + one.zones
+        assert len(set(names)) == 3 + 3 + 4
+        assert not set(names) & {n for v in VOCAB.values() for kind in v.values() for n in kind}
+        assert not any(a != b and b.startswith(a) for a in names for b in names)
+        tasks.add(one.task)
+    assert len(tasks) == 100
+
+
+def test_every_drawn_name_avoids_every_heldout_and_default_word():
+    fixed = {w for v in VOCAB.values() for names in v.values() for n in names for w in n.lower().split("_")}
+    fixed -= {"agent"}
+    team = Team(make("escape-room", names="fresh", agents=6, items=5, zones=6))
+    for seed in range(200):
+        state = team.reset(seed)  # one Team over many seeds: its scripted agents follow the renaming
+        world = team.world
+        assert list(team.agents) == world.agents
+        for name in world.agents + world.items + world.zones:
+            assert not fixed & set(name.lower().replace("_", " ").split()), name
+        assert all(f"the {item}" in state.task for item in world.items)
+        assert not {c for a in world.agents for c in a[len("agent_"):]} & set("ABCDEFPQRSTU")
+
+
+def test_a_fresh_episode_is_the_default_episode_renamed():
+    rng = random.Random(0)
+    fixed = words(VOCAB["default"]["items"] + VOCAB["default"]["zones"])
+    for seed in range(30):
+        options = {"agents": 4, "items": 4}
+        default, fresh = Team(make("escape-room", **options)), Team(make("escape-room", **options, names="fresh"))
+        a, b, done = default.reset(seed), fresh.reset(seed), False
+        while not done:
+            assert _renamed(b.state, fresh.world, default.world) == a.state
+            renamed = [_renamed(c.text, fresh.world, default.world) for c in b.candidates]
+            assert renamed == [c.text for c in a.candidates]
+            assert a.expert == b.expert and len(a.candidates) == len(b.candidates)
+            assert [_renamed(h, fresh.world, default.world) for h in b.history] == list(a.history)
+            texts = [b.task, b.state, *b.history, *(c.text for c in b.candidates)]
+            assert not words(texts) & fixed and not any(n in t for n in default.world.agents for t in texts)
+            pick = a.expert if seed % 2 else rng.randrange(len(a.candidates))  # oracle and random play
+            a, ra, done, _ = default.step(pick)
+            b, rb, done_b, _ = fresh.step(pick)
+            assert (ra, done) == (rb, done_b)
+
+
+def test_oracle_wins_with_fresh_names_and_random_matches_default_names():
+    seeds = range(200)
+    for options in ({}, {"agents": 6, "items": 5, "zones": 6}, {"hints": True}):
+        fresh = {**options, "names": "fresh"}
+        assert summarize(run_episodes("escape-room", fresh, baseline("oracle"), seeds))["success"] == 1.0
+        rate = {o.get("names", "default"): summarize(
+            run_episodes("escape-room", o, baseline("random"), seeds))["success"] for o in (options, fresh)}
+        assert rate["fresh"] == rate["default"] <= 0.25  # the same episodes, renamed

@@ -1,9 +1,14 @@
 """software-team: dependency graph, pairing, conflicts, duplicates, bugs, goals, the oracle."""
 
+import random
+import re
+
 import pytest
 
 from teamtr.core import Directive, TeamTRError
-from teamtr.envs import make
+from teamtr.envs import make, vocabulary
+from teamtr.envs.software_team import VOCAB
+from teamtr.eval import baseline, run_episodes, summarize
 from teamtr.team import Team
 
 
@@ -122,9 +127,68 @@ def test_heldout_vocabulary_is_disjoint():
         ({"engineers": 0}, "engineers=0 is out of range; allowed: 1..4"),
         ({"engineers": 5}, "engineers=5 is out of range; allowed: 1..4"),
         ({"bug_rate": -0.1}, "bug_rate=-0.1 is out of range"),
-        ({"names": "x"}, "names='x' is not allowed; allowed: default, heldout"),
+        ({"names": "x"}, "names='x' is not allowed; allowed: default, heldout, fresh"),
     ],
 )
 def test_bad_options_name_the_key_the_value_and_what_is_allowed(options, message):
     with pytest.raises(TeamTRError, match=message.replace(".", r"\.")):
         make("software-team", **options)
+
+
+def _renamed(text, fresh, default):
+    """``text`` with each fresh word put back to the default word of the same key."""
+    pairs = [(fresh.vocab[part][k], default.vocab[part][k]) for part in ("goals", "verbs", "names", "roles")
+             for k in fresh.vocab[part]]
+    pairs += list(zip(fresh.agents, default.agents))
+    table = dict(pairs)
+    pattern = "|".join(map(re.escape, sorted(table, key=len, reverse=True)))  # one pass, longest first
+    return re.sub(pattern, lambda m: table[m.group(0)], text)
+
+
+def test_fresh_words_are_drawn_per_seed_and_the_same_seed_gives_the_same_words():
+    one, two = make("software-team", names="fresh", engineers=4), make("software-team", names="fresh", engineers=4)
+    tasks = set()
+    default_words = {w for part in VOCAB["default"].values() for w in part.values()}
+    heldout_words = {w for part in VOCAB["heldout"].values() for w in part.values()}
+    for seed in range(100):
+        one.reset(seed)
+        two.reset(seed)
+        assert (one.task, one.describe(), one.directives()) == (two.task, two.describe(), two.directives())
+        assert len(set(one.agents)) == 7 and not set(one.agents) & {*default_words, *heldout_words}
+        assert not {w for part in one.vocab.values() for w in part.values()} & {*default_words, *heldout_words}
+        tasks.add(one.task)
+    assert len(tasks) == 100
+
+
+def test_a_fresh_episode_is_the_default_episode_renamed():
+    rng = random.Random(0)
+    own_default = vocabulary.words(t for part in VOCAB["default"].values() for t in part.values()) - {"the", "first"}
+    team = Team(make("software-team", names="fresh"))  # one Team over many seeds
+    for seed in range(30):
+        default = Team(make("software-team"))
+        a, b, done = default.reset(seed), team.reset(seed), False
+        assert list(team.agents) == team.world.agents
+        while not done:
+            assert _renamed(b.state, team.world, default.world) == a.state
+            assert _renamed(b.task, team.world, default.world) == a.task
+            renamed = [_renamed(c.text, team.world, default.world) for c in b.candidates]
+            assert renamed == [c.text for c in a.candidates]
+            assert a.expert == b.expert and len(a.candidates) == len(b.candidates)
+            assert [_renamed(h, team.world, default.world) for h in b.history] == list(a.history)
+            assert not vocabulary.words(b.history) & own_default, b.history  # no fixed word leaks into the texts
+            texts = [b.state, *(c.text for c in b.candidates[:-1])]  # the task and the no-op: fixed template
+            assert not vocabulary.words(texts) & own_default
+            pick = a.expert if seed % 2 else rng.randrange(len(a.candidates))  # oracle and random play
+            a, ra, done, _ = default.step(pick)
+            b, rb, done_b, _ = team.step(pick)
+            assert (ra, done) == (rb, done_b)
+
+
+def test_oracle_wins_with_fresh_words_and_random_matches_default_words():
+    seeds = range(200)
+    for options in ({}, {"engineers": 4}):
+        fresh = {**options, "names": "fresh"}
+        assert summarize(run_episodes("software-team", fresh, baseline("oracle"), seeds))["success"] == 1.0
+        rate = [summarize(run_episodes("software-team", o, baseline("random"), seeds))["success"]
+                for o in (options, fresh)]
+        assert rate[0] == rate[1] <= 0.25  # the same episodes, renamed

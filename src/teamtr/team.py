@@ -98,8 +98,9 @@ class Team:
         history_len: int = 3,
     ) -> None:
         self.world = world
-        compliance = float(getattr(world, "compliance", 1.0))
-        self.agents: dict[str, RoleAgent] = agents or {name: ScriptedAgent(name, compliance) for name in world.agents}
+        self._compliance = float(getattr(world, "compliance", 1.0))
+        self._scripted_agents = not agents  # rebuilt when a world draws fresh agent names per episode
+        self.agents: dict[str, RoleAgent] = agents or self._scripted()
         missing = [name for name in world.agents if name not in self.agents]
         if missing:
             raise TeamTRError(f"Team has no role agent for {missing}; world agents: {world.agents}.")
@@ -115,6 +116,8 @@ class Team:
     def reset(self, seed: int) -> TeamState:
         """Start an episode; the same seed gives the same episode (world and compliance draws)."""
         self.world.reset(seed)
+        if self._scripted_agents and list(self.agents) != self.world.agents:
+            self.agents = self._scripted()
         for i, agent in enumerate(self.agents.values()):
             agent.reset(seed * 1009 + i)
         self.history.clear()
@@ -123,6 +126,9 @@ class Team:
         self.finished = False
         self.state = self._observe()
         return self.state
+
+    def _scripted(self) -> dict[str, RoleAgent]:
+        return {name: ScriptedAgent(name, self._compliance) for name in self.world.agents}
 
     def _observe(self) -> TeamState:
         candidates = (*self.world.directives(), NOOP)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import random
 
 from teamtr.core import NOOP, AgentView, Directive, Event, Outcome, TeamTRError
+from teamtr.envs import vocabulary as vocab
 from teamtr.envs.registry import check_choice, check_float, check_int
 
 DEPTH = 2  # moves from the hall to the back of a room: fetching one item takes 2 * DEPTH + 2 ticks
@@ -33,6 +34,13 @@ VOCAB = {
         "zones": ["crypt", "lab", "chapel", "armory", "mine", "loft"],
     },
 }
+_FORBIDDEN = vocab.forbidden_words(*([n for names in VOCAB[v].values() for n in names] for v in ("default", "heldout")))
+FRESH = {  # names: fresh draws each episode's names from these (see envs/vocabulary.py)
+    "agents": vocab.agent_pool(_FORBIDDEN),
+    "items": vocab.combine([vocab.ITEM_ADJECTIVES, vocab.ITEM_NOUNS], _FORBIDDEN),
+    "zones": vocab.combine([vocab.ZONE_ADJECTIVES, vocab.ZONE_NOUNS], _FORBIDDEN),
+}
+NAMES = (*VOCAB, "fresh")
 Pos = tuple[str, int]  # (zone, depth 1..DEPTH) or ("hall", 0)
 HALL: Pos = ("hall", 0)
 
@@ -41,7 +49,8 @@ class EscapeRoomWorld:
     """The escape-room world (see the module docstring).
 
     Options: ``agents`` (2-6), ``items`` (2-5, at most ``zones``), ``zones`` (2-6), ``names``
-    (``default`` | ``heldout``), ``max_steps`` (ticks before failure; default
+    (``default`` | ``heldout`` | ``fresh``: new names drawn from ``FRESH`` at every ``reset(seed)``,
+    the same for the same seed), ``max_steps`` (ticks before failure; default
     ``6 * ceil(items / agents) + 8``: the oracle needs ``6 * ceil(items / agents) + 3`` or so,
     random directives succeed in a few percent of episodes),
     ``compliance`` (0-1, the probability a role agent takes up a valid directive), ``hints`` (each
@@ -66,24 +75,16 @@ class EscapeRoomWorld:
         check_int(self.name, "agents", agents, 2, 6)
         check_int(self.name, "zones", zones, 2, 6)
         check_int(self.name, "items", items, 2, min(5, zones), f"2..5 and at most zones={zones}")
-        check_choice(self.name, "names", names, tuple(VOCAB))
+        self.names = check_choice(self.name, "names", names, NAMES)
         self.compliance = check_float(self.name, "compliance", compliance, 0.0, 1.0)
         if not isinstance(hints, bool):
             raise TeamTRError(f"escape-room option hints = {hints!r}: use true or false.")
         self.hints = hints
-        vocab = VOCAB[names]
-        self.agents = vocab["agents"][:agents]
-        self.items = vocab["items"][:items]
-        self.zones = vocab["zones"][:zones]
         per_agent = -(-items // agents)
         self.max_steps = 6 * per_agent + 8 if max_steps is None else max_steps
         check_int(self.name, "max_steps", self.max_steps, 1, 10_000)
-        listed = ", ".join(f"the {item}" for item in self.items)
-        self.task = (
-            f"Escape room. Team: {', '.join(self.agents)}. Bring {listed} to the door in the hall, "
-            "then one agent opens the door. Each room admits one agent only. An agent keeps its "
-            f"directive until given a new one. Fail after {self.max_steps} ticks."
-        )
+        self._sizes = {"agents": agents, "items": items, "zones": zones}
+        self._name_episode(0)
         self._access: dict[str, str] = {}
         self._where: dict[str, Pos | str] = {}  # item -> position, or the agent holding it
         self._pos: dict[str, Pos] = {}
@@ -93,7 +94,24 @@ class EscapeRoomWorld:
         self._outcome: Outcome | None = None
 
     # -- episode ---------------------------------------------------------------------------------
+    def _name_episode(self, seed: int) -> None:
+        """Set the agent, item and zone names and the task text (fixed ones, or this seed's fresh draw)."""
+        if self.names == "fresh":
+            rng, taken = vocab.episode_rng(self.name, seed), []
+            chosen = {kind: vocab.draw(rng, FRESH[kind], k, taken) for kind, k in self._sizes.items()}
+        else:
+            chosen = {kind: VOCAB[self.names][kind][:k] for kind, k in self._sizes.items()}
+        self.agents, self.items, self.zones = chosen["agents"], chosen["items"], chosen["zones"]
+        listed = ", ".join(f"the {item}" for item in self.items)
+        self.task = (
+            f"Escape room. Team: {', '.join(self.agents)}. Bring {listed} to the door in the hall, "
+            "then one agent opens the door. Each room admits one agent only. An agent keeps its "
+            f"directive until given a new one. Fail after {self.max_steps} ticks."
+        )
+
     def reset(self, seed: int) -> None:
+        if self.names == "fresh":
+            self._name_episode(seed)
         rng = random.Random(seed)
         rooms = rng.sample(self.zones, len(self.items))
         order = self.agents[:]

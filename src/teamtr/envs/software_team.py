@@ -26,6 +26,7 @@ from __future__ import annotations
 import random
 
 from teamtr.core import NOOP, AgentView, Directive, Event, Outcome
+from teamtr.envs import vocabulary as vocab
 from teamtr.envs.registry import check_choice, check_float, check_int
 
 # key -> (skill, duration, dependencies)
@@ -64,12 +65,43 @@ VOCAB = {
                   "features": "priority: fresh work first"},
     },
 }
+NAMES = (*VOCAB, "fresh")
+
+
+def _texts(v: dict[str, dict[str, str]]) -> list[str]:
+    return [text for part in v.values() for text in part.values()]
+
+
+_FORBIDDEN = vocab.forbidden_words(_texts(VOCAB["default"]), _texts(VOCAB["heldout"]))
+FRESH = {  # names: fresh draws each episode's words from these (see envs/vocabulary.py)
+    "roles": {skill: vocab.combine([vocab.ROLE_QUALIFIERS, nouns], _FORBIDDEN, joiner="_")
+              for skill, nouns in vocab.ROLE_NOUNS.items()},
+    "names": {key: vocab.combine([names], _FORBIDDEN) for key, names in vocab.WORK_NAMES.items()},
+    "verbs": {key: vocab.combine([verbs], _FORBIDDEN) for key, verbs in vocab.WORK_VERBS.items()},
+    "goals": {part: vocab.combine([words], _FORBIDDEN) for part, words in
+              (("labels", vocab.GOAL_LABELS), ("links", vocab.GOAL_LINKS), ("features", vocab.GOAL_FEATURES))},
+}
+
+
+def fresh_vocabulary(seed: int) -> dict[str, dict[str, str]]:
+    """One episode's words, drawn from ``FRESH`` (same seed, same words); shaped like ``VOCAB[...]``."""
+    rng, taken = vocab.episode_rng("software-team", seed), []
+    roles = {skill: vocab.draw(rng, pool, 1, taken)[0] for skill, pool in FRESH["roles"].items()}
+    names = {key: vocab.draw(rng, pool, 1, taken)[0] for key, pool in FRESH["names"].items()}
+    pick = {key: rng.choice(pool) for key, pool in FRESH["verbs"].items()}
+    pick["ui"] = pick["api"]  # one verb for both modules, as in the fixed vocabularies
+    verbs = {key: f"{pick[key]} the {name}" for key, name in names.items()}
+    label, link, features = (rng.choice(FRESH["goals"][part]) for part in ("labels", "links", "features"))
+    goals = {"integration": f"{label}: {names['integration']} {link} {features}",
+             "features": f"{label}: {features} first"}
+    return {"roles": roles, "names": names, "verbs": verbs, "goals": goals}
 
 
 class SoftwareTeamWorld:
     """The software-team world (see the module docstring).
 
-    Options: ``engineers`` (1-4), ``names`` (``default`` | ``heldout``), ``bug_rate`` (0-1),
+    Options: ``engineers`` (1-4), ``names`` (``default`` | ``heldout`` | ``fresh``: new role and
+    work-item words drawn at every ``reset(seed)``, the same for the same seed), ``bug_rate`` (0-1),
     ``deadline`` (ticks; default ``deadline_for(engineers)``: the oracle's longest plan plus slack),
     ``compliance`` (0-1, the probability a role agent takes up a valid directive).
     """
@@ -87,26 +119,13 @@ class SoftwareTeamWorld:
         compliance: float = 1.0,
     ) -> None:
         check_int(self.name, "engineers", engineers, 1, 4)
-        check_choice(self.name, "names", names, tuple(VOCAB))
+        self.names = check_choice(self.name, "names", names, NAMES)
         self.bug_rate = check_float(self.name, "bug_rate", bug_rate, 0.0, 1.0)
         self.compliance = check_float(self.name, "compliance", compliance, 0.0, 1.0)
-        self.vocab = VOCAB[names]
-        roles = self.vocab["roles"]
-        self.engineers = [f"{roles['engineer']}_{i + 1}" for i in range(engineers)]
-        self.agents = [roles["pm"], roles["architect"], *self.engineers, roles["qa"]]
-        self.skill = {roles["pm"]: "pm", roles["architect"]: "architect", roles["qa"]: "qa"}
-        self.skill.update(dict.fromkeys(self.engineers, "engineer"))
         self.deadline = deadline_for(engineers) if deadline is None else deadline
         check_int(self.name, "deadline", self.deadline, 1, 10_000)
-        names_ = self.vocab["names"]
-        chain = " -> ".join(names_[k] for k in ("prd", "design")) + f" -> {names_['api']} and " \
-            f"{names_['ui']} -> " + " -> ".join(names_[k] for k in ("integration", "tests", "release"))
-        self.task = (
-            f"Software team: {', '.join(self.agents)}. Ship the {names_['release']} by tick "
-            f"{self.deadline}. Work order: {chain}. {roles['engineer']}s build modules; paired "
-            f"{roles['engineer']}s work twice as fast. The {roles['qa']} may find a bug that sends a "
-            "module back. Agents keep their directive until given a new one."
-        )
+        self._engineers = engineers
+        self._name_episode(0)
         self._progress: dict[str, int] = {}
         self._done: dict[str, bool] = {}
         self._bug: str | None = None
@@ -117,7 +136,26 @@ class SoftwareTeamWorld:
         self._outcome: Outcome | None = None
         self._rng = random.Random(0)
 
+    def _name_episode(self, seed: int) -> None:
+        """Set the words, the agents and the task text (fixed ones, or this seed's fresh draw)."""
+        self.vocab = fresh_vocabulary(seed) if self.names == "fresh" else VOCAB[self.names]
+        roles, names = self.vocab["roles"], self.vocab["names"]
+        self.engineers = [f"{roles['engineer']}_{i + 1}" for i in range(self._engineers)]
+        self.agents = [roles["pm"], roles["architect"], *self.engineers, roles["qa"]]
+        self.skill = {roles["pm"]: "pm", roles["architect"]: "architect", roles["qa"]: "qa"}
+        self.skill.update(dict.fromkeys(self.engineers, "engineer"))
+        chain = " -> ".join(names[k] for k in ("prd", "design")) + f" -> {names['api']} and " \
+            f"{names['ui']} -> " + " -> ".join(names[k] for k in ("integration", "tests", "release"))
+        self.task = (
+            f"Software team: {', '.join(self.agents)}. Ship the {names['release']} by tick "
+            f"{self.deadline}. Work order: {chain}. {roles['engineer']}s build modules; paired "
+            f"{roles['engineer']}s work twice as fast. The {roles['qa']} may find a bug that sends a "
+            "module back. Agents keep their directive until given a new one."
+        )
+
     def reset(self, seed: int) -> None:
+        if self.names == "fresh":
+            self._name_episode(seed)
         self._rng = random.Random(seed)
         self._progress = dict.fromkeys(ITEMS, 0)
         self._done = dict.fromkeys(ITEMS, False)
@@ -236,7 +274,8 @@ class SoftwareTeamWorld:
                 continue
             paired = len(crew) == 2 and all(verb == "pair" for _, verb in crew)
             if len(crew) > 1 and not paired:
-                events += [Event("conflict", agent, f"{len(crew)} agents on {item}") for agent, _ in crew[1:]]
+                events += [Event("conflict", agent, f"{len(crew)} agents on the {self.vocab['names'][item]}")
+                           for agent, _ in crew[1:]]
             self._progress[item] += 2 if paired else 1
             if self._progress[item] >= ITEMS[item][1]:
                 events += self._finish(item, crew[0][0])
@@ -257,7 +296,8 @@ class SoftwareTeamWorld:
             self._bug = self._rng.choice(MODULES)
             self._done[self._bug], self._progress[self._bug] = False, ITEMS[self._bug][1] - 1
             self._done["tests"], self._progress["tests"] = False, 0
-            events[0] = Event("milestone", agent, f"tests found a bug in the {self.vocab['names'][self._bug]}")
+            names = self.vocab["names"]
+            events[0] = Event("milestone", agent, f"{names['tests']} found a bug in the {names[self._bug]}")
         if item == "release":
             self._outcome = "success"
             events.append(Event("success", agent, "released"))
