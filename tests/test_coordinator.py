@@ -7,7 +7,8 @@ import torch
 
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import load_backbone
-from teamtr.policy.coordinator import Coordinator, masked_log_softmax
+from teamtr.policy.coordinator import Coordinator
+from teamtr.rl.losses import masked_log_softmax
 
 
 @dataclass
