@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from teamtr.core import TeamTRError
+
 from teamtr.telemetry.log import Progress, RunLogger, read_metrics, truncate_metrics
 
 
@@ -105,7 +107,7 @@ def test_torn_tail_is_cut_before_appending_without_resume(tmp_path: Path) -> Non
 def test_a_damaged_middle_line_names_file_and_line(tmp_path: Path) -> None:
     good = '{"kind": "train", "iteration": 0}\n'
     (tmp_path / "metrics.jsonl").write_text(good + "not json\n" + good)
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2 is not valid JSON"):
+    with pytest.raises(TeamTRError, match=r"metrics.jsonl:2 is not valid JSON"):
         read_metrics(tmp_path)
 
 

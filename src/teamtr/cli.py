@@ -22,7 +22,7 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, spec
-from teamtr.eval.baselines import BASELINES, baseline
+from teamtr.eval import policies as eval_policies
 from teamtr.eval.suites import evaluate_table, suites
 from teamtr.team import Team
 from teamtr.telemetry.metrics import METRICS
@@ -46,9 +46,6 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
     for label, row in rows.items():
         lines.append(f"{label:<{width}} " + " ".join(f"{row[c]:>{sizes[c]}.3f}" for c in METRICS))
     return "\n".join(lines)
-
-
-LLM_POLICIES = ("zero-shot", "trained")
 
 
 def _config(path: str | None, sets: Sequence[str], run_dir: Path | None = None) -> Config:
@@ -77,34 +74,16 @@ def resolve_checkpoint(path: str) -> tuple[Path, Path]:
                       "or a folder with adapter/).")
 
 
-class _ZeroShot:
-    """The coordinator with its adapter switched off: the base model, zero-shot."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy = policy
-
-    def choose(self, states: list[Any]) -> list[int]:
-        with self.policy.coordinator.disable_adapter():
-            return self.policy.choose(states)
-
-
 def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | None, seed: int) -> dict[str, Any]:
-    policies: dict[str, Any] = {}
-    coordinator = None
-    for name in names_:
-        if name in LLM_POLICIES:
-            from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy, build_coordinator
+    def coordinator() -> Any:
+        from teamtr.policy.coordinator import build_coordinator
 
-            if coordinator is None:
-                coordinator = build_coordinator(config)
-                if checkpoint is not None:
-                    coordinator.load(checkpoint)
-            if name == "trained" and checkpoint is None:
-                raise TeamTRError("--policy trained needs --checkpoint RUN_DIR (or a checkpoint folder).")
-            policies[name] = MergedPolicy(coordinator) if name == "trained" else _ZeroShot(CoordinatorPolicy(coordinator))
-        else:
-            policies[name] = baseline(name, seed)
-    return policies
+        built = build_coordinator(config)
+        if checkpoint is not None:
+            built.load(checkpoint)
+        return built
+
+    return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -156,12 +135,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         trainer.run()
         n = config.train.final_eval_episodes
         if n:
-            from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy
-
-            policies = {"trained": MergedPolicy(trainer.coordinator),
-                        "zero-shot": _ZeroShot(CoordinatorPolicy(trainer.coordinator)),
-                        "random": baseline("random", config.seed),
-                        "oracle": baseline("oracle")}
+            policies = eval_policies.build_policies(("trained", "zero-shot", "random", "oracle"), seed=config.seed,
+                                     coordinator=trainer.coordinator)
             off = config.train.eval_seed_offset
             counts = {name: n for name in policies}
             counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
@@ -237,7 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
     tr.add_argument("--overwrite", action="store_true", help="delete an existing run_dir first")
     tr.set_defaults(run=cmd_train)
     ev = sub.add_parser("eval", help="evaluate coordinator policies on a world")
-    ev.add_argument("--policy", nargs="+", choices=sorted((*BASELINES, *LLM_POLICIES)),
+    ev.add_argument("--policy", nargs="+", choices=sorted(eval_policies.POLICIES),
                     help="default: trained with --checkpoint, else oracle")
     ev.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder")
     ev.add_argument("--config", help=f"config for LLM policies (default: the run's, else {DEFAULT_CONFIG})")

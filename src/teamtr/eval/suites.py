@@ -10,7 +10,7 @@ import contextlib
 from collections.abc import Mapping
 from typing import Any
 
-from teamtr.eval.baselines import Policy
+from teamtr.eval.policies import Policy
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
 from teamtr.telemetry.metrics import summarize

@@ -24,7 +24,7 @@ from torch import nn
 
 from teamtr.atomic import read_json, read_safetensors
 from teamtr.core import TeamTRError
-from teamtr.policy.backbone import Backbone
+from teamtr.policy.backbone import Backbone, load_backbone
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
@@ -461,3 +461,16 @@ def _require_finite(state: dict[str, torch.Tensor], path: Path) -> None:
     if bad:
         raise TeamTRError(f"{path}: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]}); "
                           "the run diverged before this checkpoint: use an earlier one.")
+
+
+def build_coordinator(config: Any) -> Coordinator:
+    """The coordinator a ``teamtr.config.Config`` describes (``model`` and ``policy`` sections)."""
+    m = config.model
+    try:
+        lora = LoraSettings(m.lora.rank, m.lora.alpha, m.lora.dropout, tuple(m.lora.target_modules))
+    except ValueError as err:
+        raise TeamTRError(f"model.{err}") from None
+    backbone = load_backbone(m.backbone, device=m.device, dtype=m.dtype)
+    return Coordinator(backbone, train_layers=m.train_layers, lora=lora,
+                       normalization=config.policy.normalization, temperature=config.policy.temperature,
+                       layer_lr_decay=m.layer_lr_decay, value_grad_to_trunk=m.value_grad_to_trunk)
