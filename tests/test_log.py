@@ -142,7 +142,7 @@ def test_tensorboard_events_hold_the_scalars_per_suite(tmp_path: Path) -> None:
 
 def test_missing_wandb_names_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # what Python does for a package that is absent
-    with pytest.raises(ImportError, match=r"pip install 'teamtr\[wandb\]'"):
+    with pytest.raises(TeamTRError, match=r"pip install 'teamtr\[wandb\]'"):
         RunLogger(tmp_path, tensorboard=False, wandb=True)
 
 

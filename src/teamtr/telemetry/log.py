@@ -227,10 +227,10 @@ class RunLogger:
     def _start_wandb(self, project: str, config: Mapping[str, Any] | None) -> Any:
         try:
             import wandb
-        except ImportError as error:
-            raise ImportError(
+        except ImportError:
+            raise TeamTRError(
                 "log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]'"
-            ) from error
+            ) from None
         id_file = self.run_dir / WANDB_ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
         id_file.write_text(run_id + "\n")

@@ -22,6 +22,8 @@ from safetensors.torch import save_file
 
 from teamtr.atomic import atomic_directory, read_json, read_safetensors
 from teamtr.core import TeamTRError
+from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.rl import Algorithm
 
 PREFIX = "iter_"
 
@@ -91,7 +93,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached"]))
 
 
-def save_checkpoint(run_dir: Path, iteration: int, coordinator: Any, algo: Any,
+def save_checkpoint(run_dir: Path, iteration: int, coordinator: CoordinatorLike, algo: Algorithm,
                     trainer: dict[str, Any], keep: int = 2) -> Path:
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -155,7 +157,7 @@ def validate_checkpoint(path: Path) -> str | None:
     return None
 
 
-def load_checkpoint(path: Path, coordinator: Any, algo: Any | None = None) -> dict[str, Any]:
+def load_checkpoint(path: Path, coordinator: CoordinatorLike, algo: Algorithm | None = None) -> dict[str, Any]:
     """Restore weights (and the algorithm's state when given); return the trainer state (iteration,
     counters) after restoring RNG states. A damaged or mismatched checkpoint raises ``TeamTRError``."""
     path = Path(path)

@@ -18,6 +18,7 @@ import torch
 from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
+from teamtr.telemetry.log import parse_jsonl
 from teamtr.train.checkpoint import newest_complete_checkpoint
 
 #: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
@@ -65,7 +66,7 @@ def resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) -> Path
         while aside.exists():
             aside, n = path.with_name(f"damaged-{path.name}.{n}"), n + 1
         path.rename(aside)
-        say(f"resume: skipped checkpoint {reason}; moved it to {aside.name}")
+        say(f"resume: skipped checkpoint {reason.rstrip('.')} (moved to {aside.name})")
     if found is not None and skipped:
         say(f"resume: continuing from {found.name}, the newest complete checkpoint")
     return found
@@ -73,23 +74,11 @@ def resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) -> Path
 
 def truncate_transcripts(run_dir: Path, iteration: int) -> None:
     """Keep the transcript lines of iterations <= ``iteration``; a torn last line (a kill mid-write)
-    is dropped, a bad line elsewhere is an error naming the file."""
+    is dropped, a bad line elsewhere is an error naming the file and line."""
     path = Path(run_dir) / "transcripts.jsonl"
-    if not path.exists():
-        return
-    lines = [line for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-    keep = []
-    for i, line in enumerate(lines):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break
-            raise TeamTRError(f"{path}: line {i + 1} is not JSON (only a torn last line is repaired); "
-                              "fix or remove the file to resume.") from None
-        if row.get("iteration", 0) <= iteration:
-            keep.append(line)
-    atomic_write_text(path, "".join(line + "\n" for line in keep))
+    if path.exists():
+        keep = [row for _, row in parse_jsonl(path) if row.get("iteration", 0) <= iteration]
+        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in keep))
 
 
 def load_algo_state(algo: Any, state: dict[str, Any]) -> None:

@@ -8,6 +8,7 @@ Each tick every live team's state is scored in ONE coordinator call (prefix-shar
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import time
 from pathlib import Path
@@ -45,7 +46,7 @@ class Trainer:
         self.config = config
         self.run_dir = Path(config.run_dir)
         self.options = config.env.options()
-        self._check_worlds()
+        self._check_options()
         if resume:
             check_resume_config(self.run_dir, config)
         self.curriculum = Curriculum(config.curriculum.stages, self.options)
@@ -70,8 +71,12 @@ class Trainer:
             raise
 
     # ------------------------------------------------------------------ setup steps
-    def _check_worlds(self) -> None:
-        """Fail now, with the world's own message, on bad world or curriculum-stage options."""
+    def _check_options(self) -> None:
+        """Fail now, before the model loads or the run directory is touched: bad world or
+        curriculum-stage options (with the world's own message), or log.wandb without wandb."""
+        if self.config.log.wandb and importlib.util.find_spec("wandb") is None:
+            raise TeamTRError("log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]' "
+                              "(or --set log.wandb=false).")
         make(self.config.env.name, **self.options)
         for i, stage in enumerate(self.config.curriculum.stages):
             try:
