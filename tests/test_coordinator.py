@@ -7,7 +7,8 @@ import torch
 
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import load_backbone
-from teamtr.policy.coordinator import Coordinator, masked_log_softmax
+from teamtr.policy.coordinator import Coordinator
+from teamtr.rl.losses import masked_log_softmax
 
 
 @dataclass
@@ -143,3 +144,43 @@ def test_bfloat16_trunk_scores_near_float32_and_never_merges():
     assert torch.equal(merged.logp[got.mask], got.logp[got.mask])
     after = half.backbone.model.state_dict()
     assert all(torch.equal(after[k], v) for k, v in before.items())
+
+
+def test_settings_import_without_torch_and_validate_fields():
+    import subprocess
+    import sys
+
+    code = "import sys, teamtr.policy.settings, teamtr.policy; assert 'torch' not in sys.modules, 'torch loaded'"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
+
+    assert NORMALIZATIONS == ("sum", "token", "word")
+    assert LoraSettings(4, 8, 0.1, ["q_proj"]).target_modules == ("q_proj",)
+    for bad, match in (({"rank": 0}, r"lora.rank = 0: must be an integer >= 1"),
+                       ({"alpha": float("nan")}, r"lora.alpha = nan"),
+                       ({"dropout": 1.0}, r"lora.dropout = 1.0: must be a number in \[0, 1\)"),
+                       ({"target_modules": ()}, r"lora.target_modules = \(\)")):
+        with pytest.raises(ValueError, match=match):
+            LoraSettings(**bad)
+
+
+def test_checkpoint_records_backbone_lora_and_adapter_keys(tmp_path):
+    import json
+
+    coord = Coordinator(load_backbone("tiny-random", device="cpu"))
+    coord.save(tmp_path / "c")
+    saved = json.loads((tmp_path / "c" / "coordinator.json").read_text())
+    assert saved["model"] == {"name": "tiny-random", "layers": 2, "hidden": coord.backbone.model.config.hidden_size,
+                              "vocab": coord.backbone.model.config.vocab_size}
+    assert saved["lora"]["rank"] == 8 and saved["train_layers"] == "all"
+    assert saved["adapter_keys"] == coord.adapter_keys() and len(saved["adapter_keys"]) == 2 * 2 * 7
+    top = Coordinator(load_backbone("tiny-random", device="cpu"), train_layers=1)
+    with pytest.raises(TeamTRError, match=r"train_layers=all.*train_layers=1.*--set model.train_layers=all"):
+        top.load(tmp_path / "c")
+    (tmp_path / "c" / "value_head.safetensors").write_bytes(b"not a safetensors file")
+    with pytest.raises(TeamTRError, match=r"value_head.safetensors: not a readable safetensors file"):
+        coord.load(tmp_path / "c")
+    (tmp_path / "c" / "coordinator.json").write_text('{"model": {"na')
+    with pytest.raises(TeamTRError, match=r"coordinator.json: not valid JSON"):
+        coord.load(tmp_path / "c")

@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from teamtr.core import TeamTRError
+
 from teamtr.telemetry.doctor import ConfigChange, count_drops, diagnose, format_findings
 from teamtr.telemetry.log import RunLogger
 
@@ -146,7 +148,7 @@ def test_no_findings_and_missing_values_read_plainly() -> None:
     assert format_findings([], iterations=12) == "doctor: no problems found in 12 training iterations."
     assert str(ConfigChange("algo.lr", "lower")) == "algo.lr: lower"
     assert diagnose([], None) == []  # nothing logged yet: nothing to say
-    with pytest.raises(FileNotFoundError, match="missing-run"):
+    with pytest.raises(TeamTRError, match="missing-run"):
         diagnose(Path("missing-run"))
 
 
@@ -162,3 +164,30 @@ def test_oscillation_falls_back_to_success_when_no_return_is_logged() -> None:
     findings = diagnose(records, None)
     assert [f.code for f in findings] == ["oscillating_reward"]
     assert findings[0].evidence["drops"] == 3 and "success_range" in findings[0].evidence
+
+
+def test_huge_or_nan_weights_are_reported_and_never_doubled() -> None:
+    config = {**CONFIG, "rewards": {"weights": {"invalid": -1e30, "repeat": float("nan"), "success": 5.0}}}
+    repeats = [0.7] * 40
+    findings = {f.code: f for f in diagnose(with_series(healthy(), "episode/repeat_rate", repeats), config)}
+    assert set(findings) == {"bad_directives", "bad_reward_weights"}
+    changes = {c.key: c for c in findings["bad_directives"].changes}
+    assert changes["rewards.weights.invalid"].suggested is None  # not -2e30
+    assert "leave it (already -1e+30" in str(changes["rewards.weights.invalid"])
+    assert changes["rewards.weights.repeat"].suggested is None
+    weights = findings["bad_reward_weights"]
+    assert weights.config_keys == ("rewards.weights.invalid", "rewards.weights.repeat")
+    ok = {**CONFIG, "rewards": {"weights": {"invalid": -2.0}}}
+    assert {c.key: c.suggested for c in diagnose(with_series(healthy(), "episode/repeat_rate", repeats), ok)[0].changes
+            }["rewards.weights.invalid"] == -4.0
+
+
+def test_iterations_with_every_step_skipped_are_flagged() -> None:
+    records = healthy()
+    for r in records[-5:]:
+        r.update({"optim/skipped_steps": 3.0, "optim/epochs_run": 0.0})
+    findings = diagnose(records, CONFIG)
+    assert [f.code for f in findings] == ["skipped_updates"]
+    assert findings[0].evidence["iterations_all_skipped"] == 5
+    records[-1]["optim/epochs_run"] = 0.5  # some steps were taken: not all skipped
+    assert diagnose(records, CONFIG)[0].evidence["iterations_all_skipped"] == 4

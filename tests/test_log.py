@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from teamtr.core import TeamTRError
+
 from teamtr.telemetry.log import Progress, RunLogger, read_metrics, truncate_metrics
 
 
@@ -105,7 +107,7 @@ def test_torn_tail_is_cut_before_appending_without_resume(tmp_path: Path) -> Non
 def test_a_damaged_middle_line_names_file_and_line(tmp_path: Path) -> None:
     good = '{"kind": "train", "iteration": 0}\n'
     (tmp_path / "metrics.jsonl").write_text(good + "not json\n" + good)
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2 is not valid JSON"):
+    with pytest.raises(TeamTRError, match=r"metrics.jsonl:2 is not valid JSON"):
         read_metrics(tmp_path)
 
 
@@ -140,7 +142,7 @@ def test_tensorboard_events_hold_the_scalars_per_suite(tmp_path: Path) -> None:
 
 def test_missing_wandb_names_the_install_command(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "wandb", None)  # what Python does for a package that is absent
-    with pytest.raises(ImportError, match=r"pip install 'teamtr\[wandb\]'"):
+    with pytest.raises(TeamTRError, match=r"pip install 'teamtr\[wandb\]'"):
         RunLogger(tmp_path, tensorboard=False, wandb=True)
 
 

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from teamtr.core import TeamTRError
+
 from teamtr.telemetry.log import RunLogger
 from teamtr.telemetry.report import PLOTS, PlotSpec, draw, latest_evals, pick_transcript, write_report
 
@@ -113,5 +115,21 @@ def test_pick_transcript_falls_back_to_the_last_episode(tmp_path: Path) -> None:
 
 
 def test_missing_run_dir_is_named(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="nope"):
+    with pytest.raises(TeamTRError, match="nope"):
         write_report(tmp_path / "nope")
+
+
+def test_a_report_symlink_out_of_the_run_is_refused(tmp_path: Path) -> None:
+    run, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.png").write_bytes(b"mine")
+    _full_run(run)
+    (run / "report").symlink_to(outside)
+    with pytest.raises(TeamTRError, match=r"report is a symlink .*remove the link"):
+        write_report(run)
+    assert [p.name for p in outside.iterdir()] == ["keep.png"]  # nothing written or deleted there
+    (run / "report").unlink()
+    (run / "report").mkdir()
+    (run / "report" / "index.html").symlink_to(outside / "keep.png")
+    write_report(run)
+    assert (outside / "keep.png").read_bytes() == b"mine" and not (run / "report" / "index.html").is_symlink()

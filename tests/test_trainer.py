@@ -13,9 +13,11 @@ import torch
 
 from teamtr.config import load_config
 from teamtr.core import TeamTRError
+from teamtr.rl import warmup_cosine
 from teamtr.rl.losses import masked_log_softmax
 from teamtr.train.checkpoint import latest_checkpoint, load_checkpoint
-from teamtr.train.trainer import Trainer, build_coordinator
+from teamtr.policy.coordinator import build_coordinator
+from teamtr.train.trainer import Trainer
 
 TINY = [
     "model.backbone=tiny-random", "bc.enabled=false", "rollout.episodes=6", "rollout.parallel=6",
@@ -59,7 +61,7 @@ def test_checkpoint_round_trip_restores_log_probs_and_optimizer(tmp_path):
     want = trainer.coordinator.act(states, greedy=True)
     opt_state = trainer.algo.state_dict()
     trainer.close()
-    fresh = Trainer(config(tmp_path, "train.iterations=1"), resume=True)
+    fresh = Trainer(config(tmp_path, "train.iterations=1", "algo.lr=0.003", "algo.warmup_updates=0"), resume=True)
     got = fresh.coordinator.act(states, greedy=True)
     assert torch.equal(got.logp, want.logp) and torch.equal(got.values, want.values)
     assert fresh.iteration == 1
@@ -136,7 +138,7 @@ def test_exponent_floats_parse_in_files_and_overrides(tmp_path):
 def test_resume_restores_trainer_state(tmp_path):
     trainer = Trainer(config(tmp_path, "train.iterations=1"))
     trainer.run()
-    seed, episode = trainer.train_seed, trainer.episode_id
+    seed, episode = trainer.seeds.next, trainer.episode_id
     trainer.close()
     ckpt = latest_checkpoint(tmp_path / "run")
     other = Trainer(config(tmp_path, "train.iterations=1"))
@@ -198,7 +200,7 @@ def test_curriculum_stage_in_metrics_transcripts_and_checkpoint(tmp_path):
     assert "agent_C" not in tasks[1] and "agent_C" in tasks[2]
     state = load_checkpoint(latest_checkpoint(run), build_coordinator(config(tmp_path, stages)))
     assert state["curriculum"] == {"stage": 1, "history": []}
-    resumed = Trainer(config(tmp_path, stages, "train.iterations=3"), resume=True)
+    resumed = Trainer(config(tmp_path, stages, "env.agents=3", "env.items=3", "train.iterations=3"), resume=True)
     assert resumed.curriculum.finished and resumed.make_team().world.agents == ["agent_A", "agent_B", "agent_C"]
     resumed.close()
 
@@ -208,3 +210,106 @@ def test_curriculum_config_errors_name_the_stage(tmp_path):
         config(tmp_path, "curriculum.stages=[{env: {agents: 2}}]")
     with pytest.raises(TeamTRError, match=r"curriculum.stages\[0\].env: .*agentz"):
         Trainer(config(tmp_path, "curriculum.stages=[{env: {agentz: 2}, max_iterations: 1}]"))
+
+
+def test_resume_with_a_new_lr_really_changes_the_lr(tmp_path):
+    with Trainer(config(tmp_path, "train.iterations=1", "algo.lr=0.003", "algo.warmup_updates=0")) as first:
+        first.run()
+    with Trainer(config(tmp_path, "train.iterations=2", "algo.lr=0.001", "algo.warmup_updates=0"),
+                 resume=True) as resumed:
+        groups = resumed.algo.optimizer.param_groups
+        scales = [g["lr_scale"] for g in resumed.coordinator.policy_param_groups()]
+        assert [g["base_lr"] for g in groups[: len(scales)]] == pytest.approx([0.001 * s for s in scales])
+        assert len(resumed.algo.optimizer.state) > 0  # the moments were restored, not rebuilt
+        resumed.run()
+        line = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()][-1]
+        top = groups[len(scales) - 1]  # lr_scale 1: the LR the metrics report
+        c = resumed.algo_config
+        want = 0.001 * warmup_cosine(1, c.warmup_updates, c.total_updates, c.min_lr_ratio)
+        assert line["iteration"] == 2 and top["lr"] == pytest.approx(want) == line["optim/lr"]
+
+
+def test_resume_refuses_settings_that_cannot_change(tmp_path):
+    from teamtr.config import dump_config
+    from teamtr.train.resume import check_resume_config
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text(dump_config(config(tmp_path)))
+    ok = check_resume_config(run, config(tmp_path, "train.iterations=9", "algo.lr=0.01", "log.transcripts=1"))
+    assert ok == ["algo.lr", "log.transcripts", "train.iterations"]
+    with pytest.raises(TeamTRError, match=r"env.max_steps: 6 -> 9.*seed: 0 -> 3.*start a new run"):
+        check_resume_config(run, config(tmp_path, "env.max_steps=9", "seed=3", "train.iterations=9"))
+    with pytest.raises(TeamTRError, match=r"model.backbone"):
+        Trainer(config(tmp_path, "model.backbone=tiny-random-4"), resume=True)
+
+
+@pytest.mark.parametrize("seed", [10, 9999])
+def test_training_seeds_never_reach_the_heldout_range(tmp_path, seed):
+    from teamtr.train.collect import TrainSeeds, check_train_seeds
+
+    offset = 1_000_000
+    seeds = TrainSeeds(seed, offset)
+    starts = [seeds.take(997) for _ in range(2000)]  # ~2M seeds: wraps around at least once
+    assert all(0 <= s and s + 997 <= offset for s in starts) and min(starts) == 0
+    with pytest.raises(TeamTRError, match="held-out range"):
+        check_train_seeds(offset - 3, 4, offset)
+    if seed == 10:
+        with Trainer(config(tmp_path, f"seed={seed}")) as trainer:
+            _, _, transcripts = trainer.collect()
+        assert all(t["seed"] < trainer.config.train.eval_seed_offset for t in transcripts)
+        assert [t["seed"] for t in transcripts] == list(range(10 * 100_003 % offset, 10 * 100_003 % offset + 6))
+
+
+def test_a_run_whose_every_step_is_skipped_stops_with_a_message(tmp_path, monkeypatch):
+    trainer = Trainer(config(tmp_path, "train.iterations=6", "train.checkpoint_every=10"))
+    real = trainer.algo.update
+
+    def skipping(evaluate, rollout):
+        metrics = real(evaluate, rollout)
+        return {**metrics, "optim/skipped_steps": 4.0, "optim/epochs_run": 0.0}
+
+    monkeypatch.setattr(trainer.algo, "update", skipping)
+    with pytest.raises(TeamTRError, match=r"iterations 1-3: every update step was skipped.*reward weights"):
+        trainer.run()
+    trainer.close()
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["iteration"] for x in lines if x["kind"] == "train"] == [1, 2, 3]
+
+
+def test_trpo_on_a_real_coordinator_stays_in_the_trust_region(tmp_path):
+    trainer = Trainer(config(tmp_path, "algo.name=trpo", "algo.trpo_delta=0.01", "algo.kl_coef=0"))
+    rollout, _, _ = trainer.collect()
+    rollout.compute_advantages(0.99, 0.95, True)
+    before = {k: v.clone() for k, v in trainer.coordinator.adapter_state().items()}
+    metrics = trainer.update(rollout)
+    assert metrics["trpo/accepted"] == 1.0 and metrics["trpo/step_size"] > 0
+    assert any(not torch.equal(v, trainer.coordinator.adapter_state()[k]) for k, v in before.items())
+    assert not trainer.coordinator._store  # after_update dropped the decisions the update used
+    # KL(old || new) over every decision, measured by the algorithm's line search: within delta.
+    assert 0 < metrics["policy/kl_old_new"] <= 0.01
+    trainer.close()
+
+
+def test_algo_ref_bc_uses_the_cloned_adapter_as_reference(tmp_path):
+    trainer = Trainer(config(tmp_path, "bc.enabled=true", "bc.demos=24", "bc.epochs=1", "bc.batch_size=8",
+                             "algo.ref=bc", "algo.kl_coef=0.1"))
+    trainer.warm_up()
+    trainer._start_rl()
+    assert trainer.bc_state is not None
+    rollout, _, _ = trainer.collect()  # iteration 1: the policy is still the BC snapshot
+    m = rollout.mask
+    assert torch.equal(rollout.ref_logp[m], rollout.logp[m])
+    team_states = [trainer.make_team().reset(s) for s in range(3)]
+    policy = trainer.coordinator.act(team_states, greedy=True).logp
+    with trainer.coordinator.disable_adapter():
+        base = trainer.coordinator.act(team_states, greedy=True).logp
+    mask = torch.isfinite(policy)
+    assert (policy - base)[mask].abs().max() > 1e-4  # BC moved the policy away from the base model
+    assert torch.equal(trainer._ref_logp(team_states, policy)[mask], policy[mask])
+    rollout.compute_advantages(0.99, 0.95, True)
+    trainer.update(rollout)
+    after = trainer.coordinator.act(team_states, greedy=True).logp
+    ref = trainer._ref_logp(team_states, after)
+    assert torch.equal(ref[mask], policy[mask]) and not torch.equal(after[mask], policy[mask])
+    trainer.close()

@@ -1,13 +1,17 @@
-"""Atomic writes: a reader (or a resumed run) sees the old file or folder or the new one, never half."""
+"""Files that survive crashes: atomic writes (a reader, or a resumed run, sees the old file or folder
+or the new one, never half) and checked reads (a damaged file is an error naming it, not a traceback)."""
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
+
+from teamtr.core import TeamTRError
 
 
 @contextlib.contextmanager
@@ -48,3 +52,28 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def read_json(path: str | Path, what: str = "file") -> Any:
+    """Parse a JSON file; a missing, unreadable or torn one raises ``TeamTRError`` naming it."""
+    path = Path(path)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise TeamTRError(f"{path}: missing ({what}).") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise TeamTRError(f"{path}: not valid JSON ({what}: {err}); the file is damaged.") from None
+
+
+def read_safetensors(path: str | Path, device: str = "cpu", what: str = "tensors") -> dict[str, Any]:
+    """Load a safetensors file; a missing, truncated or garbage one raises ``TeamTRError`` naming it."""
+    from safetensors.torch import load_file
+
+    path = Path(path)
+    if not path.is_file():
+        raise TeamTRError(f"{path}: missing ({what}).")
+    try:
+        return load_file(str(path), device=device)
+    except Exception as err:  # safetensors raises its own error types, OSError or ValueError on damage
+        raise TeamTRError(f"{path}: not a readable safetensors file ({what}: {type(err).__name__}: "
+                          f"{str(err)[:120]}); the file is truncated or damaged.") from None

@@ -26,7 +26,7 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
-from teamtr.eval.baselines import BASELINES, baseline
+from teamtr.eval import policies as eval_policies
 from teamtr.eval.suites import evaluate_table, suites
 from teamtr.team import Team
 from teamtr.telemetry.metrics import METRICS
@@ -61,9 +61,6 @@ def format_table(rows: dict[str, dict[str, float]]) -> str:
     return "\n".join(lines)
 
 
-LLM_POLICIES = ("zero-shot", "trained")
-
-
 def _config(path: str | None, sets: Sequence[str], run_dir: Path | None = None) -> Config:
     """The config of an eval/play command: ``--config``, else the run's, else the shipped default."""
     if path is None and run_dir is not None and (run_dir / "config.yaml").is_file():
@@ -94,34 +91,16 @@ def resolve_checkpoint(path: str) -> tuple[Path, Path]:
                       "or a folder with adapter/).")
 
 
-class _ZeroShot:
-    """The coordinator with its adapter switched off: the base model, zero-shot."""
-
-    def __init__(self, policy: Any) -> None:
-        self.policy = policy
-
-    def choose(self, states: list[Any]) -> list[int]:
-        with self.policy.coordinator.disable_adapter():
-            return self.policy.choose(states)
-
-
 def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | None, seed: int) -> dict[str, Any]:
-    policies: dict[str, Any] = {}
-    coordinator = None
-    for name in names_:
-        if name in LLM_POLICIES:
-            from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy, build_coordinator
+    def coordinator() -> Any:
+        from teamtr.policy.coordinator import build_coordinator
 
-            if coordinator is None:
-                coordinator = build_coordinator(config)
-                if checkpoint is not None:
-                    coordinator.load(checkpoint)
-            if name == "trained" and checkpoint is None:
-                raise TeamTRError("--policy trained needs --checkpoint RUN_DIR (or a checkpoint folder).")
-            policies[name] = MergedPolicy(coordinator) if name == "trained" else _ZeroShot(CoordinatorPolicy(coordinator))
-        else:
-            policies[name] = baseline(name, seed)
-    return policies
+        built = build_coordinator(config)
+        if checkpoint is not None:
+            built.load(checkpoint)
+        return built
+
+    return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -154,6 +133,26 @@ def _is_run_dir(path: Path) -> bool:
     return any((path / name).exists() for name in ("config.yaml", "metrics.jsonl", "checkpoints"))
 
 
+def _remove_run(run_dir: Path) -> None:
+    """Delete a run for ``--overwrite``, holding its lock meanwhile: a trainer still writing it is
+    refused, and the lock file stays so that no second trainer slips in through a fresh one."""
+    import shutil
+
+    from teamtr.train.lock import LOCK_NAME, RunLock
+
+    lock = RunLock(run_dir)
+    try:
+        for entry in run_dir.iterdir():
+            if entry.name == LOCK_NAME:
+                continue
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+    finally:
+        lock.release()
+
+
 def _preflight(config: Config) -> None:
     """Checks that would otherwise fail after the model load, leaving a half-made run behind."""
     import importlib.util
@@ -183,10 +182,8 @@ def _train_config(args: argparse.Namespace) -> Config:
         if not args.overwrite:
             raise TeamTRError(f"run_dir {run_dir} already holds a run: --resume {run_dir} to continue it, "
                               "--overwrite to start over, or --set run_dir=runs/NEW.")
-        import shutil
-
-        shutil.rmtree(run_dir)
-    elif run_dir.exists() and any(run_dir.iterdir()):
+        _remove_run(run_dir)
+    elif run_dir.exists() and any(p.name != ".lock" for p in run_dir.iterdir()):
         raise TeamTRError(f"run_dir {run_dir} exists and holds files that are not a TeamTR run; nothing was "
                           "deleted: --set run_dir=runs/NEW.")
     return config
@@ -194,13 +191,9 @@ def _train_config(args: argparse.Namespace) -> Config:
 
 def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     """The end-of-run table on held-out seeds: trained, zero-shot, random and oracle."""
-    from teamtr.train.trainer import CoordinatorPolicy, MergedPolicy
-
     n = config.train.final_eval_episodes
-    policies = {"trained": MergedPolicy(trainer.coordinator),
-                "zero-shot": _ZeroShot(CoordinatorPolicy(trainer.coordinator)),
-                "random": baseline("random", config.seed),
-                "oracle": baseline("oracle")}
+    policies = eval_policies.build_policies(("trained", "zero-shot", "random", "oracle"), seed=config.seed,
+                                            coordinator=trainer.coordinator)
     counts = {name: n for name in policies}
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
     off = config.train.eval_seed_offset
@@ -327,7 +320,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev = _sub(sub, "eval", "evaluate coordinator policies on a world",
               "  teamtr eval --policy oracle random noop first --env software-team --set env.engineers=4\n"
               "  teamtr eval --checkpoint runs/default --suite generalisation --episodes 200\n", cmd_eval)
-    ev.add_argument("--policy", nargs="+", choices=sorted((*BASELINES, *LLM_POLICIES)),
+    ev.add_argument("--policy", nargs="+", choices=sorted(eval_policies.POLICIES),
                     help="default: trained with --checkpoint, else oracle")
     ev.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder")
     ev.add_argument("--config", help=f"config for LLM policies (default: the run's, else {DEFAULT_CONFIG})")

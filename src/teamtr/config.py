@@ -7,6 +7,7 @@ names the key, the value and what is allowed.
 from __future__ import annotations
 
 import re
+from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
 
@@ -14,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from teamtr.core import TeamTRError
+from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
 
 
 #: The shipped experiments, inside the package: ``--config default`` or a path to a YAML file.
@@ -42,13 +44,6 @@ class TeamConfig(_Section):
     history_len: int = Field(3, ge=0)
 
 
-class LoraConfig(_Section):
-    rank: int = Field(8, ge=1)
-    alpha: float = Field(16.0, gt=0)
-    dropout: float = Field(0.0, ge=0, lt=1)
-    target_modules: list[str] = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-
-
 class ModelConfig(_Section):
     backbone: str = "smollm2-135m-instruct"
     device: str = "auto"
@@ -57,11 +52,23 @@ class ModelConfig(_Section):
     rl_layers: int | Literal["all"] = "all"  # top layers RL updates; below them activations are cached
     value_grad_to_trunk: bool = False  # let the value loss move the adapter too
     layer_lr_decay: float = Field(1.0, gt=0, le=1)  # lr of layer i = lr * decay^(layers above i)
-    lora: LoraConfig = LoraConfig()
+    lora: LoraSettings = LoraSettings()  # rank, alpha, dropout, target_modules (policy/settings.py)
+
+    @field_validator("lora", mode="before")
+    @classmethod
+    def _lora(cls, v: Any) -> Any:
+        """Built by ``LoraSettings`` itself, so its fields and ranges are declared once, there."""
+        if not isinstance(v, dict):
+            return v
+        known = [f.name for f in fields(LoraSettings)]
+        unknown = [k for k in v if k not in known]
+        if unknown:
+            raise ValueError(f"unknown LoRA setting {unknown[0]!r}; known: {', '.join(known)}")
+        return LoraSettings(**v)
 
 
 class PolicyConfig(_Section):
-    normalization: Literal["sum", "token", "word"] = "token"
+    normalization: Literal[NORMALIZATIONS] = "token"  # type: ignore[valid-type]
     # Below 1e-3 the tempered scores (log-probs of -1..-100) overflow float32 in the softmax.
     temperature: float = Field(1.0, ge=1e-3, le=1e3)
 
@@ -130,7 +137,7 @@ class TrainConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1)
     final_eval_episodes: int = Field(200, ge=0)  # held-out seeds for the end-of-run table
     final_zero_shot_episodes: int = Field(50, ge=0)  # zero-shot fails every episode at full length: the priciest row
-    eval_seed_offset: int = Field(1_000_000, ge=0)  # held-out seeds start here; training seeds below
+    eval_seed_offset: int = Field(1_000_000, ge=1)  # held-out seeds start here; training seeds below
 
 
 class CurriculumStage(_Section):

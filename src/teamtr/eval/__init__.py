@@ -1,6 +1,6 @@
-"""Evaluation: baseline policies and batched episode runs (no torch here)."""
+"""Evaluation: the evaluation policies and batched episode runs (torch only for coordinator policies)."""
 
-from teamtr.eval.baselines import BASELINES, Policy, baseline
 from teamtr.eval.evaluate import run_episodes, summarize
+from teamtr.eval.policies import BASELINES, POLICIES, Policy, baseline, build_policies
 
-__all__ = ["BASELINES", "Policy", "baseline", "run_episodes", "summarize"]
+__all__ = ["BASELINES", "POLICIES", "Policy", "baseline", "build_policies", "run_episodes", "summarize"]

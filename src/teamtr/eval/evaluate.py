@@ -6,7 +6,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from teamtr.envs import make
-from teamtr.eval.baselines import Policy
+from teamtr.eval.policies import Policy
 from teamtr.rewards.terms import RewardComposer
 from teamtr.team import Team, TeamBatch
 from teamtr.telemetry.metrics import EpisodeMetrics, EpisodeTracker, summarize

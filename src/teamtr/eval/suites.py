@@ -14,7 +14,7 @@ from typing import Any
 
 from teamtr.core import TeamTRError
 from teamtr.envs import world_class
-from teamtr.eval.baselines import Policy
+from teamtr.eval.policies import Policy
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
 from teamtr.telemetry.metrics import summarize

@@ -15,28 +15,20 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, ContextManager, Iterator, Protocol, Sequence
 
 import torch
 from torch import nn
 
+from teamtr.atomic import read_json, read_safetensors
 from teamtr.core import TeamTRError
-from teamtr.policy.backbone import Backbone
+from teamtr.policy.backbone import Backbone, load_backbone
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
-
-NORMALIZATIONS = ("sum", "token", "word")
-DEFAULT_TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
-@dataclass
-class LoraSettings:
-    rank: int = 8
-    alpha: float = 16.0
-    dropout: float = 0.0  # 0: PPO's ratio must be exactly 1 before the first step
-    target_modules: tuple[str, ...] = DEFAULT_TARGETS
+from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
+from teamtr.rl.losses import masked_log_softmax
 
 
 @dataclass
@@ -50,15 +42,34 @@ class ActOutput:
     handles: list[int] = field(default_factory=list)
 
 
+class CoordinatorLike(Protocol):
+    """What training and evaluation use of a coordinator (``Coordinator`` is the one implementation)."""
+
+    def act(self, decisions: Sequence[DecisionLike], greedy: bool = False,
+            generator: torch.Generator | None = None, keep: bool = False) -> ActOutput: ...
+    def remember(self, decisions: Sequence[DecisionLike]) -> list[int]: ...
+    def evaluate(self, handles: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]: ...
+    def stored_mask(self, handles: Sequence[int]) -> torch.Tensor: ...
+    def after_update(self) -> None: ...
+    def weights_changed(self) -> None: ...
+    def forget(self) -> None: ...
+    def disable_adapter(self) -> ContextManager[None]: ...
+    def merged(self) -> ContextManager[None]: ...
+    def adapter_state(self) -> dict[str, torch.Tensor]: ...
+    def use_adapter(self, state: dict[str, torch.Tensor]) -> ContextManager[None]: ...
+    def read_adapter(self, directory: str | Path) -> dict[str, torch.Tensor]: ...
+    def train_only_top(self, layers: int | str) -> None: ...
+    def policy_param_groups(self, lr: float = 1.0) -> list[dict[str, Any]]: ...
+    def value_parameters(self) -> list[nn.Parameter]: ...
+    def save(self, directory: str | Path) -> None: ...
+    def load(self, directory: str | Path) -> None: ...
+
+
 @dataclass
 class _Stored:
     prefix: tuple[int, ...]
     decision: EncodedDecision
     rows_hidden: torch.Tensor | None  # [len, H] entering the first trained layer (cached trunk)
-
-
-def masked_log_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    return torch.log_softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
 class Coordinator(nn.Module):
@@ -198,7 +209,7 @@ class Coordinator(nn.Module):
                         h = out.captured_rows[j, : int(packed.lengths[j])].detach().clone()
                     handles[i] = len(self._store)
                     self._store.append(_Stored(prefix, enc[i][1], h))
-        logp = masked_log_softmax(scores, mask)
+        logp = masked_log_softmax(scores, mask).masked_fill(~mask, float("-inf"))
         if greedy:
             choices = logp.argmax(-1)
         else:
@@ -320,16 +331,95 @@ class Coordinator(nn.Module):
     def value_parameters(self) -> list[nn.Parameter]:
         return list(self.value_head.parameters())
 
+    def after_update(self) -> None:
+        """Call once after every optimiser step: stale prefix memos go, and so do the stored
+        decisions the step used (the one place that rule lives)."""
+        self.weights_changed()
+        self.forget()
+
+    # ----------------------------------------------------------------- adapter snapshots
+    def adapter_state(self) -> dict[str, torch.Tensor]:
+        """A copy of the trainable adapter weights, keyed by parameter name."""
+        return {k: p.detach().clone() for k, p in self.peft.named_parameters() if p.requires_grad}
+
+    @contextlib.contextmanager
+    def use_adapter(self, state: dict[str, torch.Tensor]) -> Iterator[None]:
+        """Temporarily put another adapter's weights (e.g. the BC snapshot) into the coordinator."""
+        params = dict(self.peft.named_parameters())
+        saved = {k: params[k].detach().clone() for k in state}
+        with torch.no_grad():
+            for k, v in state.items():
+                params[k].copy_(v)
+        self.weights_changed()
+        try:
+            yield
+        finally:
+            with torch.no_grad():
+                for k, v in saved.items():
+                    params[k].copy_(v)
+            self.weights_changed()
+
+    def read_adapter(self, directory: str | Path) -> dict[str, torch.Tensor]:
+        """The trainable adapter weights saved by ``save`` in ``directory``, checked like ``load``,
+        keyed as ``adapter_state`` keys them."""
+        d = Path(directory)
+        self.check_compatible(read_json(d / "coordinator.json", "coordinator settings"), d)
+        loaded = {k.replace(".default", ""): v for k, v in self._adapter_file(d).items()}
+        names = [k for k, p in self.peft.named_parameters() if p.requires_grad]
+        return {k: loaded[k.replace(".default", "")] for k in names if k.replace(".default", "") in loaded}
+
+    # ----------------------------------------------------------------- checkpoints
+    def model_info(self) -> dict[str, Any]:
+        """The backbone an adapter belongs to: name (or path), decoder layers, hidden and vocab size."""
+        cfg = self.backbone.model.config
+        return {"name": self.backbone.name, "layers": self.n_layers, "hidden": int(cfg.hidden_size),
+                "vocab": int(cfg.vocab_size)}
+
+    def adapter_keys(self) -> list[str]:
+        from peft.utils import get_peft_model_state_dict
+
+        return sorted(get_peft_model_state_dict(self.peft))
+
     def settings(self) -> dict[str, Any]:
         return {
             "backbone": self.backbone.name,
+            "model": self.model_info(),
             "train_layers": self.train_layers,
-            "lora": {**asdict(self.lora), "target_modules": list(self.lora.target_modules)},
+            "lora": self.lora.as_dict(),
+            "adapter_keys": self.adapter_keys(),
             "normalization": self.normalization,
             "temperature": self.temperature,
             "layer_lr_decay": self.layer_lr_decay,
             "value_grad_to_trunk": self.value_grad_to_trunk,
         }
+
+    def check_compatible(self, saved: dict[str, Any], where: Path) -> None:
+        """Refuse a checkpoint written for another backbone, LoRA shape or set of adapter keys."""
+        mine, theirs = self.model_info(), saved.get("model")
+        if not isinstance(theirs, dict):
+            raise TeamTRError(f"{where / 'coordinator.json'} records no backbone (written by an older TeamTR?); "
+                              "it cannot be checked against this model, so it is not loaded.")
+        if any(theirs.get(k) != mine[k] for k in ("layers", "hidden", "vocab")) or theirs.get("name") != mine["name"]:
+            raise TeamTRError(f"checkpoint {where} was trained on backbone {_describe(theirs)}; this config loads "
+                              f"{_describe(mine)}: pass --set model.backbone={theirs.get('name')}")
+        wanted = {**self.lora.as_dict(), "train_layers": self.train_layers}
+        got = {**dict(saved.get("lora") or {}), "train_layers": saved.get("train_layers")}
+        differ = [k for k in wanted if got.get(k) != wanted[k]]
+        if differ:
+            fix = " ".join(f"--set model.{'' if k == 'train_layers' else 'lora.'}{k}={got.get(k)}" for k in differ)
+            raise TeamTRError(f"checkpoint {where} has LoRA {', '.join(f'{k}={got.get(k)}' for k in differ)}; "
+                              f"this config has {', '.join(f'{k}={wanted[k]}' for k in differ)}: pass {fix}")
+
+    def _adapter_file(self, d: Path) -> dict[str, torch.Tensor]:
+        path = d / "adapter" / "adapter_model.safetensors"
+        state = read_safetensors(path, device=str(self.backbone.device), what="LoRA adapter")
+        mine = set(self.adapter_keys())
+        missing, extra = sorted(mine - set(state)), sorted(set(state) - mine)
+        if missing or extra:
+            raise TeamTRError(f"{path}: adapter keys do not fit this model (missing {missing[:2]}, "
+                              f"unexpected {extra[:2]}); load it with the config it was trained with.")
+        _require_finite(state, path)
+        return state
 
     def save(self, directory: str | Path) -> None:
         """Adapter in the PEFT format, value head and settings: safetensors and JSON, no pickle."""
@@ -343,17 +433,41 @@ class Coordinator(nn.Module):
         (d / "coordinator.json").write_text(json.dumps(self.settings(), indent=2))
 
     def load(self, directory: str | Path) -> None:
-        """Load an adapter and value head written by ``save`` into this coordinator."""
+        """Load an adapter and value head written by ``save``, after checking they were written for
+        this backbone and LoRA shape and hold only finite numbers (``TeamTRError`` otherwise)."""
         from peft.utils import set_peft_model_state_dict
-        from safetensors.torch import load_file
 
         d = Path(directory)
-        adapter = d / "adapter" / "adapter_model.safetensors"
-        if not adapter.is_file():
-            raise TeamTRError(f"{d} holds no coordinator checkpoint (missing {adapter}).")
-        state = load_file(str(adapter), device=str(self.backbone.device))
-        result = set_peft_model_state_dict(self.peft, state)
-        if getattr(result, "unexpected_keys", None):
-            raise TeamTRError(f"Adapter in {d} does not fit this model/train_layers: {result.unexpected_keys[:3]}")
-        self.value_head.load_state_dict(load_file(str(d / "value_head.safetensors"), device=str(self.backbone.device)))
+        if not (d / "adapter" / "adapter_model.safetensors").is_file():
+            raise TeamTRError(f"{d} holds no coordinator checkpoint (missing {d / 'adapter' / 'adapter_model.safetensors'}).")
+        self.check_compatible(read_json(d / "coordinator.json", "coordinator settings"), d)
+        state = self._adapter_file(d)
+        head_path = d / "value_head.safetensors"
+        head = read_safetensors(head_path, device=str(self.backbone.device), what="value head")
+        _require_finite(head, head_path)
+        if set(head) != set(self.value_head.state_dict()):
+            raise TeamTRError(f"{head_path}: holds {sorted(head)}, not a value head ({sorted(self.value_head.state_dict())}).")
+        set_peft_model_state_dict(self.peft, state)
+        self.value_head.load_state_dict(head)
         self.weights_changed()
+
+
+def _describe(model: dict[str, Any]) -> str:
+    return f"{model.get('name')} ({model.get('layers')} layers, hidden {model.get('hidden')}, vocab {model.get('vocab')})"
+
+
+def _require_finite(state: dict[str, torch.Tensor], path: Path) -> None:
+    bad = [k for k, v in state.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise TeamTRError(f"{path}: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]}); "
+                          "the run diverged before this checkpoint: use an earlier one.")
+
+
+def build_coordinator(config: Any) -> Coordinator:
+    """The coordinator a ``teamtr.config.Config`` describes (``model`` and ``policy`` sections)."""
+    m = config.model
+    lora = m.lora if isinstance(m.lora, LoraSettings) else LoraSettings(**m.lora)
+    backbone = load_backbone(m.backbone, device=m.device, dtype=m.dtype)
+    return Coordinator(backbone, train_layers=m.train_layers, lora=lora,
+                       normalization=config.policy.normalization, temperature=config.policy.temperature,
+                       layer_lr_decay=m.layer_lr_decay, value_grad_to_trunk=m.value_grad_to_trunk)

@@ -36,6 +36,7 @@ import torch
 from torch import nn
 
 from teamtr.core import TeamTRError
+from teamtr.policy.settings import NORMALIZATIONS
 
 
 @dataclass
@@ -102,7 +103,7 @@ class ScoreOutput:
             return self.sums / self.n_tokens.clamp(min=1)
         if normalization == "word":
             return self.sums / self.n_words.clamp(min=1)
-        raise TeamTRError(f"policy.normalization {normalization!r} is not one of sum, token, word.")
+        raise TeamTRError(f"policy.normalization {normalization!r} is not one of {', '.join(NORMALIZATIONS)}.")
 
 
 def _trie(candidates: Sequence[tuple[int, ...]]) -> tuple[list[int], list[int], list[list[int]]]:

@@ -18,16 +18,21 @@ Detectors (symptom: rule):
 - meaningless or repeated directives: over the last quarter, repeat rate >= ``REPEAT_RATE_MAX`` or
   invalid rate >= ``INVALID_RATE_MAX``.
 - slow training: median decisions/s < ``SLOW_DECISIONS_PER_S``.
+- skipped updates: an iteration whose every update step was skipped (non-finite loss or gradient).
+- reward weights: a weight in the config that is NaN, infinite or above ``HUGE_WEIGHT`` in size
+  (the doctor never suggests strengthening such a weight further).
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teamtr.rl import AlgoConfig
 from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
 
 OSC_MIN_ITERATIONS = 8
@@ -43,7 +48,7 @@ PLATEAU_MAX_LATE_GAIN = 0.1
 PLATEAU_SOLVED = 0.9
 
 #: The default of ``algo.target_kl``, used when the run's config does not give one.
-DEFAULT_TARGET_KL = 0.02
+DEFAULT_TARGET_KL = AlgoConfig().target_kl
 KL_MIN_ITERATIONS = 3
 KL_ZERO_FRAC = 0.05
 KL_BLOWUP_FACTOR = 2.0
@@ -55,6 +60,9 @@ REPEAT_RATE_MAX = 0.5
 INVALID_RATE_MAX = 0.2
 
 SLOW_DECISIONS_PER_S = 2.0
+
+#: A reward weight this large (in size) swamps every other term and overflows the returns' scale.
+HUGE_WEIGHT = 1e3
 
 
 @dataclass(frozen=True)
@@ -97,6 +105,8 @@ def _change(
     current = config_value(config, key)
     if not isinstance(current, (int, float)) or isinstance(current, bool):
         return ConfigChange(key, direction)
+    if not math.isfinite(current) or (factor > 1 and abs(current) * factor > HUGE_WEIGHT and key.startswith("rewards.")):
+        return ConfigChange(key, f"leave it (already {current:g}; see the reward-weights finding)")
     suggested = current * factor
     if low is not None:
         suggested = max(suggested, low)
@@ -304,6 +314,45 @@ def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Fi
     )
 
 
+def all_steps_skipped(metrics: Mapping[str, Any]) -> bool:
+    """True when an update skipped steps and took none: PPO/PG ran no epoch; TRPO kept the old policy."""
+    skipped = metrics.get("optim/skipped_steps")
+    if not isinstance(skipped, (int, float)) or not skipped > 0:
+        return False
+    return metrics.get("optim/epochs_run") == 0 or metrics.get("trpo/accepted") == 0
+
+
+def _skipped(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    train = [r for r in records if r.get("kind") == "train"]
+    bad = [int(r["iteration"]) for r in train if all_steps_skipped(r)]
+    if not bad:
+        return None
+    return Finding(
+        "skipped_updates", "update steps skipped (non-finite loss or gradient)",
+        {"iterations_all_skipped": float(len(bad)), "iterations": float(len(train)), "last": float(bad[-1])},
+        ("reward weights so large the returns overflow", "policy.temperature so small the scores overflow",
+         "a learning rate so large the weights diverged"),
+        ("bring reward weights to the scale of 1-10", "keep policy.temperature near 1", "lower algo.lr"),
+        (_change(config, "algo.lr", "lower", 0.1), ConfigChange("policy.temperature", "raise towards 1")),
+    )
+
+
+def _weights(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    weights = config_value(config, "rewards.weights")
+    if not isinstance(weights, Mapping):
+        return None
+    bad = {k: float(v) for k, v in weights.items() if isinstance(v, (int, float)) and not isinstance(v, bool)
+           and (not math.isfinite(v) or abs(v) > HUGE_WEIGHT)}
+    if not bad:
+        return None
+    return Finding(
+        "bad_reward_weights", "non-finite or huge reward weights", {**bad, "limit": HUGE_WEIGHT},
+        ("a typo in a weight (1e30 for 1e3, NaN)", "one term scaled to dominate all others"),
+        ("give every reward weight a finite value of size <= 1e3 (1-10 is typical)",),
+        tuple(ConfigChange(f"rewards.weights.{k}", "lower to a finite value of size <= 1e3") for k in bad),
+    )
+
+
 def diagnose(
     source: str | Path | Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None
 ) -> list[Finding]:
@@ -325,7 +374,7 @@ def diagnose(
         if found is not None:
             findings.append(found)
     findings.extend(_kl_findings(records, config))
-    for detector in (_directives, _slow):
+    for detector in (_directives, _slow, _skipped, _weights):
         found = detector(records, config)
         if found is not None:
             findings.append(found)

@@ -22,11 +22,13 @@ import math
 import os
 import secrets
 import sys
-import tempfile
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
+
+from teamtr.atomic import atomic_write_text
+from teamtr.core import TeamTRError
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
@@ -40,42 +42,48 @@ def _metrics_path(run_dir: str | Path) -> Path:
     return path if path.suffix == ".jsonl" else path / METRICS_FILE
 
 
-def _parse_lines(path: Path) -> list[dict[str, Any]]:
-    """Parse a metrics file; a torn last line (the run was killed mid-write) is dropped."""
+def parse_jsonl(path: Path) -> list[tuple[int, Any]]:
+    """(line number, JSON value) of each non-blank line of ``path`` (``[]`` when missing). A torn last line (a kill
+    mid-write) is dropped; a bad line elsewhere is a damaged file: ``TeamTRError`` naming the line."""
     if not path.exists():
         return []
     lines = path.read_text(encoding="utf-8").split("\n")
-    records: list[dict[str, Any]] = []
+    rows: list[tuple[int, Any]] = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            rows.append((number, json.loads(line)))
         except json.JSONDecodeError as error:
-            # Only the last line can be torn by a kill; anything else is a damaged file.
-            if number == len(lines):
+            if number == len(lines):  # only the last line can be torn by a kill
                 break
-            raise ValueError(f"{path}:{number} is not valid JSON ({error}); fix or remove that line.") from error
+            raise TeamTRError(f"{path}:{number} is not valid JSON ({error}); fix or remove that line.") from None
+    return rows
+
+
+def _parse_lines(path: Path) -> list[dict[str, Any]]:
+    """Parse a metrics file; a torn last line (the run was killed mid-write) is dropped."""
+    records = parse_jsonl(path)
+    for number, record in records:
         if not isinstance(record, dict) or "iteration" not in record or "kind" not in record:
-            raise ValueError(f"{path}:{number} is not a metrics record (needs 'kind' and 'iteration').")
-        records.append(record)
-    return records
+            raise TeamTRError(f"{path}:{number} is not a metrics record (needs 'kind' and 'iteration').")
+    return [record for _, record in records]
 
 
 def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     """Every record of a run's ``metrics.jsonl`` (or of the ``.jsonl`` file given), in file order.
 
-    A missing file gives ``[]``; a torn last line is skipped; any other bad line raises ``ValueError``
+    A missing file gives ``[]``; a torn last line is skipped; any other bad line raises ``TeamTRError``
     naming the file and line number.
     """
     return _parse_lines(_metrics_path(run_dir))
 
 
 def require_run_dir(run_dir: str | Path) -> Path:
-    """``run_dir`` as a Path; ``FileNotFoundError`` naming it when it is not a directory."""
+    """``run_dir`` as a Path; ``TeamTRError`` naming it when it is not a directory."""
     path = Path(run_dir)
     if not path.is_dir():
-        raise FileNotFoundError(f"run directory {str(path)!r} does not exist; give the directory `teamtr train` wrote.")
+        raise TeamTRError(f"run directory {str(path)!r} does not exist; give the directory `teamtr train` wrote.")
     return path
 
 
@@ -133,17 +141,7 @@ def truncate_metrics(run_dir: str | Path, iteration: int, keep_kinds: tuple[str,
         return 0
     records = _parse_lines(path)
     kept = [r for r in records if int(r["iteration"]) <= iteration or r["kind"] in keep_kinds]
-    fd, tmp = tempfile.mkstemp(prefix=".metrics-", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            for record in kept:
-                handle.write(json.dumps(record) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_text(path, "".join(json.dumps(record) + "\n" for record in kept))
     return len(records) - len(kept)
 
 
@@ -229,10 +227,10 @@ class RunLogger:
     def _start_wandb(self, project: str, config: Mapping[str, Any] | None) -> Any:
         try:
             import wandb
-        except ImportError as error:
-            raise ImportError(
+        except ImportError:
+            raise TeamTRError(
                 "log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]'"
-            ) from error
+            ) from None
         id_file = self.run_dir / WANDB_ID_FILE
         run_id = id_file.read_text().strip() if id_file.exists() else secrets.token_hex(4)
         id_file.write_text(run_id + "\n")

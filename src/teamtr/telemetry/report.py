@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import html
 import json
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from teamtr.atomic import atomic_write_text
+from teamtr.core import TeamTRError
 from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
     CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
@@ -241,10 +244,11 @@ def write_report(run_dir: str | Path) -> Path:
     require_run_dir(run)
     records = read_metrics(run)
     config = read_config(run)
-    out = run / REPORT_DIR
-    out.mkdir(exist_ok=True)
-    for stale in out.glob("*.png"):  # a figure whose metric vanished must not linger from an old report
-        stale.unlink()
+    out = _report_dir(run)
+    for stale in out.iterdir():
+        # A figure whose metric vanished must not linger; a link must not be written through.
+        if stale.suffix == ".png" or stale.is_symlink():
+            stale.unlink()
     images = [spec for spec in PLOTS if _write_png(spec, records, config, out)]
     config_path = run / CONFIG_FILE
     config_text = config_path.read_text(encoding="utf-8") if config_path.exists() else "(no config.yaml)"
@@ -260,5 +264,18 @@ def write_report(run_dir: str | Path) -> Path:
         "</body></html>"
     )
     index = out / "index.html"
-    index.write_text(page, encoding="utf-8")
+    atomic_write_text(index, page)  # replaces, never follows, whatever is there
     return index
+
+
+def _report_dir(run: Path) -> Path:
+    """``run/report``, created; refused when it is a symlink or not a folder, so nothing is written
+    or deleted outside the run."""
+    out = run / REPORT_DIR
+    if out.is_symlink():
+        raise TeamTRError(f"{out} is a symlink (to {os.readlink(out)}); a report is written only inside its run: "
+                          f"remove the link (rm {out}) and run the report again.")
+    if out.exists() and not out.is_dir():
+        raise TeamTRError(f"{out} exists and is not a folder; move it away and run the report again.")
+    out.mkdir(exist_ok=True)
+    return out

@@ -14,11 +14,13 @@ import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Callable, Sequence
 
 import torch
 
 from teamtr.core import TeamTRError
+from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.rl.losses import masked_log_softmax
 from teamtr.team import Team, TeamBatch
 
 
@@ -81,7 +83,7 @@ def file_demos(paths: Sequence[str | Path], success_weighted: bool = False) -> l
     return demos
 
 
-def behaviour_clone(coordinator: Any, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
+def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
                     seed: int = 0, log: Callable[[int, dict[str, float]], None] | None = None,
                     heldout: Sequence[Demo] = ()) -> dict[str, float]:
     """Train the coordinator's adapter to put its probability on each demo's label.
@@ -103,15 +105,14 @@ def behaviour_clone(coordinator: Any, demos: Sequence[Demo], *, epochs: int, bat
         handles = coordinator.remember(batch)
         scores, _ = coordinator.evaluate(handles)
         mask = coordinator.stored_mask(handles).to(scores.device)
-        logp = torch.log_softmax(scores.masked_fill(~mask, float("-inf")), -1)
+        logp = masked_log_softmax(scores, mask).masked_fill(~mask, float("-inf"))  # argmax never picks padding
         labels = torch.tensor([d.label for d in batch], device=scores.device)
         loss = -logp.gather(1, labels[:, None]).mean()
         opt.zero_grad()
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
-        coordinator.weights_changed()
-        coordinator.forget()
+        coordinator.after_update()
         acc = float((logp.argmax(-1) == labels).float().mean())
         metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/step": step + 1}
         if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
@@ -122,7 +123,7 @@ def behaviour_clone(coordinator: Any, demos: Sequence[Demo], *, epochs: int, bat
 
 
 @torch.no_grad()
-def accuracy(coordinator: Any, demos: Sequence[Demo], batch_size: int = 32) -> float:
+def accuracy(coordinator: CoordinatorLike, demos: Sequence[Demo], batch_size: int = 32) -> float:
     hits = 0
     for s in range(0, len(demos), batch_size):
         chunk = list(demos[s : s + batch_size])

@@ -4,7 +4,8 @@ Layout: ``RUN/checkpoints/iter_000010/`` holding ``coordinator/`` (``Coordinator
 ``algo.safetensors`` + ``algo.json`` (the algorithm's state: tensors and plain values split), and
 ``trainer.json`` (iteration, RNG states, counters). Safetensors and JSON only, never pickle. A
 checkpoint is written into a temporary folder and renamed into place, so a folder named ``iter_*``
-is always complete; the last ``keep`` are kept.
+is always complete, unless a disk fault or a hand damaged it afterwards: ``validate_checkpoint`` reads
+every file, and ``train/resume.py`` falls back past damaged ones. The last ``keep`` are kept.
 """
 
 from __future__ import annotations
@@ -17,10 +18,12 @@ from typing import Any
 
 import numpy as np
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
-from teamtr.atomic import atomic_directory
+from teamtr.atomic import atomic_directory, read_json, read_safetensors
 from teamtr.core import TeamTRError
+from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.rl import Algorithm
 
 PREFIX = "iter_"
 
@@ -64,8 +67,13 @@ def save_state(state: Any, directory: Path, name: str) -> None:
 
 
 def load_state(directory: Path, name: str) -> Any:
-    tensors = load_file(str(directory / f"{name}.safetensors"))
-    return _join(json.loads((directory / f"{name}.json").read_text()), tensors)
+    tensors = read_safetensors(directory / f"{name}.safetensors", what=f"checkpoint {name} state")
+    tree = read_json(directory / f"{name}.json", f"checkpoint {name} state")
+    try:
+        return _join(tree, tensors)
+    except (KeyError, TypeError, ValueError) as err:
+        raise TeamTRError(f"{directory / (name + '.json')}: does not match {name}.safetensors ({err!r}); "
+                          "the checkpoint is damaged.") from None
 
 
 def rng_state() -> dict[str, Any]:
@@ -85,7 +93,7 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state((n["kind"], np.array(n["keys"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached"]))
 
 
-def save_checkpoint(run_dir: Path, iteration: int, coordinator: Any, algo: Any,
+def save_checkpoint(run_dir: Path, iteration: int, coordinator: CoordinatorLike, algo: Algorithm,
                     trainer: dict[str, Any], keep: int = 2) -> Path:
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
@@ -108,14 +116,50 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     return sorted(p for p in root.iterdir() if p.is_dir() and p.name.startswith(PREFIX))
 
 
+def newest_complete_checkpoint(run_dir: Path) -> tuple[Path | None, list[tuple[Path, str]]]:
+    """The newest checkpoint whose every file reads, and the newer ones skipped with the reason."""
+    skipped: list[tuple[Path, str]] = []
+    for path in reversed(list_checkpoints(run_dir)):
+        reason = validate_checkpoint(path)
+        if reason is None:
+            return path, skipped
+        skipped.append((path, reason))
+    return None, skipped
+
+
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    found = list_checkpoints(run_dir)
-    return found[-1] if found else None
+    """The newest complete checkpoint of ``run_dir`` (damaged newer ones are passed over)."""
+    return newest_complete_checkpoint(run_dir)[0]
 
 
-def load_checkpoint(path: Path, coordinator: Any, algo: Any | None = None) -> dict[str, Any]:
+#: Every file a complete checkpoint holds, relative to its ``iter_N`` folder.
+CHECKPOINT_FILES = ("trainer.json", "trainer.safetensors", "algo.json", "algo.safetensors",
+                    "coordinator/coordinator.json", "coordinator/value_head.safetensors",
+                    "coordinator/adapter/adapter_config.json", "coordinator/adapter/adapter_model.safetensors")
+
+
+def validate_checkpoint(path: Path) -> str | None:
+    """Read every file of checkpoint ``path``: None when all parse, else why it is not complete."""
+    path = Path(path)
+    if not path.is_dir() or not any(path.iterdir()):
+        return f"{path.name}: empty folder"
+    for name in CHECKPOINT_FILES:
+        f = path / name
+        try:
+            read_json(f) if name.endswith(".json") else read_safetensors(f)
+        except TeamTRError as err:
+            return f"{path.name}: {str(err).replace(str(path) + '/', '')}"
+    try:
+        load_state(path, "trainer")
+        load_state(path, "algo")
+    except TeamTRError as err:
+        return f"{path.name}: {err}"
+    return None
+
+
+def load_checkpoint(path: Path, coordinator: CoordinatorLike, algo: Algorithm | None = None) -> dict[str, Any]:
     """Restore weights (and the algorithm's state when given); return the trainer state (iteration,
-    counters) after restoring RNG states."""
+    counters) after restoring RNG states. A damaged or mismatched checkpoint raises ``TeamTRError``."""
     path = Path(path)
     if not (path / "trainer.json").is_file():
         raise TeamTRError(f"{path} is not a complete TeamTR checkpoint (no trainer.json).")

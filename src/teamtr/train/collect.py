@@ -1,0 +1,134 @@
+"""Episode collection for training: many teams step as one batch, the coordinator scores every live
+state in one call, and each decision lands in a ``Rollout``; plus the training seeds' rule."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import torch
+
+from teamtr.core import TeamTRError
+from teamtr.policy.coordinator import ActOutput, CoordinatorLike
+from teamtr.rl import Rollout
+from teamtr.team import Team, TeamBatch, TeamState
+from teamtr.telemetry.metrics import EpisodeTracker
+
+#: Seeds of run seed s start at (s * TRAIN_SEED_STRIDE) mod eval_seed_offset and count up, wrapping to 0
+#: before eval_seed_offset: every training seed lies in [0, eval_seed_offset), for any run seed, so no
+#: training episode ever replays a held-out one (evaluation uses [eval_seed_offset, ...)).
+TRAIN_SEED_STRIDE = 100_003
+
+Reference = Callable[[Sequence[TeamState], torch.Tensor], torch.Tensor]
+
+
+class TrainSeeds:
+    """The stream of training-episode seeds (see ``TRAIN_SEED_STRIDE``); ``next`` is checkpointed."""
+
+    def __init__(self, seed: int, eval_seed_offset: int) -> None:
+        if eval_seed_offset < 1:
+            raise TeamTRError(f"train.eval_seed_offset = {eval_seed_offset}: must be >= 1 (training seeds "
+                              "lie below it).")
+        self.offset = int(eval_seed_offset)
+        self.next = (int(seed) * TRAIN_SEED_STRIDE) % self.offset
+
+    def take(self, n: int) -> int:
+        """Reserve ``n`` consecutive seeds; return the first. They all lie below ``eval_seed_offset``."""
+        if n > self.offset:
+            raise TeamTRError(f"{n} training episodes need more seeds than lie below train.eval_seed_offset "
+                              f"= {self.offset}; raise the offset.")
+        start = self.next % self.offset
+        if start + n > self.offset:
+            start = 0  # wrap before the held-out range
+        check_train_seeds(start, n, self.offset)
+        self.next = start + n
+        return start
+
+
+def check_train_seeds(start: int, n: int, eval_seed_offset: int) -> None:
+    """Raise if training seeds ``start .. start+n-1`` would reach the held-out range."""
+    if start < 0 or start + n > eval_seed_offset:
+        raise TeamTRError(f"training seeds {start}..{start + n - 1} reach the held-out range "
+                          f"[{eval_seed_offset}, ...) (train.eval_seed_offset); this is a bug in seed drawing.")
+
+
+@dataclass
+class _Episode:
+    """One episode being collected: its team, seed, id, metrics and transcript steps."""
+
+    team: Team
+    seed: int
+    id: int
+    tracker: EpisodeTracker
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Collector:
+    """Collects training episodes with ``coordinator`` (sampling with ``generator``) in worlds from
+    ``make_team``; ``reference(states, logp)`` gives the KL reference's log-probs [B, Cmax]."""
+
+    def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
+                 generator: torch.Generator, reference: Reference, episode_id: int = 0) -> None:
+        self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
+        self.generator, self.reference, self.episode_id = generator, reference, episode_id
+
+    def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
+        """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
+        transcripts)."""
+        rollout = Rollout()
+        metrics: list[dict[str, float]] = []
+        transcripts: list[dict[str, Any]] = []
+        remaining = episodes
+        while remaining > 0:
+            n = min(parallel, remaining)
+            remaining -= n
+            done = self._batch(n, rollout)
+            for ep in done:
+                m = ep.tracker.finish()
+                metrics.append(m.as_dict())
+                transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
+                                    "return": m.episode_return, "steps": ep.steps})
+        return rollout, metrics, transcripts
+
+    def _batch(self, n: int, rollout: Rollout) -> list[_Episode]:
+        start = self.seeds.take(n)
+        teams = [self.make_team() for _ in range(n)]
+        eps = [_Episode(t, start + i, self.episode_id + i, EpisodeTracker(len(t.world.agents)))
+               for i, t in enumerate(teams)]
+        self.episode_id += n
+        batch = TeamBatch([ep.team for ep in eps])
+        batch.reset([ep.seed for ep in eps])
+        while live := batch.live():
+            self._tick(batch, [eps[i] for i in live], rollout)
+        return eps
+
+    def _tick(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout) -> None:
+        states = batch.states()
+        out = self.coordinator.act(states, keep=True, generator=self.generator)
+        ref = self.reference(states, out.logp)
+        results = batch.step(out.choices)
+        boot = self._bootstrap(results)
+        for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
+            c = len(states[k].candidates)
+            rollout.append(
+                logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=out.choices[k],
+                values=out.values[k], rewards=reward, terminated=info["terminated"],
+                truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
+                bootstrap_values=boot[k],
+            )
+            ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
+            ep.steps.append(_step_record(states[k], out, k, reward, info))
+
+    def _bootstrap(self, results: list[tuple[TeamState, float, bool, dict[str, Any]]]) -> torch.Tensor:
+        """V(s_T) where a time limit that is not part of the task cut the episode, else 0: [B]."""
+        cut = [k for k, r in enumerate(results) if r[3]["truncated"]]
+        boot = torch.zeros(len(results))
+        if cut:
+            boot[cut] = self.coordinator.act([results[k][0] for k in cut]).values.float().cpu()
+        return boot
+
+
+def _step_record(state: TeamState, out: ActOutput, k: int, reward: float, info: dict[str, Any]) -> dict[str, Any]:
+    return {"tick": state.tick, "state": state.state, "history": list(state.history),
+            "candidates": [d.text for d in state.candidates], "choice": out.choices[k],
+            "directive": info["directive"].text, "reward": reward, "events": [e.kind for e in info["events"]]}

@@ -1,0 +1,92 @@
+"""Resuming a run: which checkpoint, which config changes may apply, and the files to cut back.
+
+A resumed run continues from the newest checkpoint whose every file reads; newer damaged ones are
+moved aside (``checkpoints/damaged-iter_N``) with a line saying why. The config given on resume is
+compared with the run's ``config.yaml``: keys in ``RESUMABLE`` apply; any other difference is refused,
+since the checkpoint's weights, optimiser and seeds were made under the saved values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from teamtr.atomic import atomic_write_text
+from teamtr.config import Config, load_config
+from teamtr.core import TeamTRError
+from teamtr.telemetry.log import parse_jsonl
+from teamtr.train.checkpoint import newest_complete_checkpoint
+
+#: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
+RESUMABLE = ("train.iterations", "train.eval_", "train.checkpoint_every", "train.keep_checkpoints",
+             "train.final_", "log.", "run_dir", "algo.lr")
+
+
+def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in tree.items():
+        if isinstance(v, Mapping) and v:
+            out.update(_flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def resumable(key: str) -> bool:
+    return any(key == r or (r.endswith((".", "_")) and key.startswith(r)) for r in RESUMABLE)
+
+
+def check_resume_config(run_dir: Path, config: Config) -> list[str]:
+    """The keys of ``config`` that differ from the run's saved ``config.yaml`` (all resumable);
+    ``TeamTRError`` listing the others when any non-resumable key differs."""
+    saved_path = Path(run_dir) / "config.yaml"
+    if not saved_path.is_file():
+        return []
+    saved = _flatten(load_config(saved_path, []).model_dump(mode="json"))
+    new = _flatten(config.model_dump(mode="json"))
+    changed = sorted(k for k in saved.keys() | new.keys() if saved.get(k) != new.get(k))
+    refused = [k for k in changed if not resumable(k)]
+    if refused:
+        shown = ", ".join(f"{k}: {saved.get(k)!r} -> {new.get(k)!r}" for k in refused[:6])
+        raise TeamTRError(f"--resume {run_dir}: these settings differ from the run's config.yaml and cannot change "
+                          f"mid-run ({shown}); start a new run (--set run_dir=runs/NEW) to change them.")
+    return changed
+
+
+def resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) -> Path | None:
+    """The newest complete checkpoint of ``run_dir``; newer damaged ones are moved aside and named."""
+    found, skipped = newest_complete_checkpoint(run_dir)
+    for path, reason in skipped:
+        aside = path.with_name(f"damaged-{path.name}")
+        n = 1
+        while aside.exists():
+            aside, n = path.with_name(f"damaged-{path.name}.{n}"), n + 1
+        path.rename(aside)
+        say(f"resume: skipped checkpoint {reason.rstrip('.')} (moved to {aside.name})")
+    if found is not None and skipped:
+        say(f"resume: continuing from {found.name}, the newest complete checkpoint")
+    return found
+
+
+def truncate_transcripts(run_dir: Path, iteration: int) -> None:
+    """Keep the transcript lines of iterations <= ``iteration``; a torn last line (a kill mid-write)
+    is dropped, a bad line elsewhere is an error naming the file and line."""
+    path = Path(run_dir) / "transcripts.jsonl"
+    if path.exists():
+        keep = [row for _, row in parse_jsonl(path) if row.get("iteration", 0) <= iteration]
+        atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in keep))
+
+
+def load_algo_state(algo: Any, state: dict[str, Any]) -> None:
+    """Restore the algorithm's state, keeping the optimisers' hyper-parameters (base LR...) of the
+    config it was just built from: a changed ``algo.lr`` on resume then really sets the LR."""
+    optimizers = [v for v in vars(algo).values() if isinstance(v, torch.optim.Optimizer)]
+    fresh = [[{k: v for k, v in g.items() if k != "params"} for g in opt.param_groups] for opt in optimizers]
+    algo.load_state_dict(state)
+    for opt, groups in zip(optimizers, fresh):
+        for group, hyper in zip(opt.param_groups, groups):
+            group.update(hyper)
