@@ -17,6 +17,7 @@ class RunLock:
     another trainer in this one, holds it). ``release()`` is idempotent."""
 
     def __init__(self, run_dir: str | Path) -> None:
+        self._fd: int | None = None  # set once the lock is held; __del__ runs even when __init__ raised
         self.path = Path(run_dir) / LOCK_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
@@ -29,7 +30,7 @@ class RunLock:
                               "wait for it to end or stop it, or train into another run_dir.") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd: int | None = fd
+        self._fd = fd
 
     @property
     def held(self) -> bool:
