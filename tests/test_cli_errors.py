@@ -38,6 +38,11 @@ def _files(tmp: Path) -> dict[str, Path]:
     (run / "config.yaml").write_text("seed: 0\n")
     (run / "metrics.jsonl").write_text("")
     out["run"] = run
+    torn = tmp / "torn" / "adapter"
+    torn.mkdir(parents=True)
+    (torn / "adapter_model.safetensors").write_bytes(b"\x00" * 7)
+    (torn.parent / "coordinator.json").write_text('{"backbone": {"name": "tiny')
+    out["torn"] = torn.parent
     return out
 
 
@@ -76,6 +81,7 @@ CASES = [
     ("policy-unknown", ["eval", "--policy", "genius"], 2, r"invalid choice: 'genius'"),
     ("trained-without-checkpoint", ["eval", "--policy", "trained"], 2, r"--policy trained needs --checkpoint"),
     ("checkpoint-missing", ["eval", "--checkpoint", "{tmp}/nope"], 2, r"no checkpoint there"),
+    ("checkpoint-torn", ["eval", "--checkpoint", "{torn}", *TINY], 2, r"coordinator\.json"),
     ("report-missing-dir", ["report", "{tmp}/nope"], 2, r"does not exist"),
     ("doctor-missing-dir", ["doctor", "{tmp}/nope"], 2, r"does not exist"),
     ("resume-not-a-run", ["train", "--resume", "{notarun}"], 2, r"not a run directory \(no config\.yaml\)"),
