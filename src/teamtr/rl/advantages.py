@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from teamtr.rl.losses import RLInputError
+from teamtr.rl.errors import RLInputError
 
 
 def _check_unit(name: str, value: float) -> None:

@@ -19,100 +19,19 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from teamtr.rl.errors import RLInputError
 from teamtr.rl.kl import make_kl_controller
-from teamtr.rl.losses import RLInputError, clipped_value_loss, explained_variance, policy_terms
-from teamtr.rl.losses import masked_log_softmax
+from teamtr.rl.losses import clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
 from teamtr.rl.rollout import Minibatch, Rollout
 from teamtr.rl.schedules import linear_decay, warmup_cosine
+from teamtr.rl.settings import AlgoConfig
 
 Evaluate = Callable[[Minibatch], tuple[Tensor, Tensor]]
-
-# (lowest, highest, lowest allowed itself, highest allowed itself) for every numeric key.
-_RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "clip_eps": (0, 1, False, False), "value_clip": (0, math.inf, False, False),
-    "vf_coef": (0, math.inf, True, False), "gamma": (0, 1, True, True), "lam": (0, 1, True, True),
-    "epochs": (1, math.inf, True, False), "minibatch_size": (1, math.inf, True, False),
-    "lr": (0, math.inf, False, False), "min_lr_ratio": (0, 1, True, True),
-    "warmup_updates": (0, math.inf, True, False), "total_updates": (1, math.inf, True, False),
-    "ent_coef_start": (0, math.inf, True, False), "ent_coef_end": (0, math.inf, True, False),
-    "kl_coef": (0, math.inf, True, False), "target_kl": (0, math.inf, False, False),
-    "kl_horizon": (1, math.inf, True, False), "early_stop_factor": (0, math.inf, False, False),
-    "max_grad_norm": (0, math.inf, False, False), "weight_decay": (0, math.inf, True, False),
-    "trpo_delta": (0, math.inf, False, False), "cg_iters": (1, math.inf, True, False),
-    "cg_damping": (0, math.inf, True, False), "backtrack_iters": (1, math.inf, True, False),
-    "backtrack_ratio": (0, 1, False, False), "fisher_batch_size": (1, math.inf, True, False),
-    "value_lr": (0, math.inf, False, False), "value_epochs": (1, math.inf, True, False),
-}
-
-
-@dataclass
-class AlgoConfig:
-    """Every knob of the update; field names are the config keys. Defaults follow the seed (5.2)."""
-
-    clip_eps: float = 0.2  # PPO ratio clip; the seed: 0.1-0.3, lower it first if reward oscillates
-    value_clip: float | None = 0.2  # clip of V - V_old in the value loss; None = plain MSE
-    vf_coef: float = 0.5  # weight of the value loss (PPO/PG share one optimiser with the policy)
-    gamma: float = 0.99  # discount; >= 0.99 for tasks over 100 steps
-    lam: float = 0.95  # GAE lambda; 0.97-0.98 for sparse rewards
-    epochs: int = 4  # passes over each rollout (PPO/PG); 4-8 is safe
-    minibatch_size: int = 64  # decisions per evaluate call
-    lr: float = 3e-5  # peak policy LR (LoRA); full fine-tuning wants 1e-6..1e-5
-    min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio
-    warmup_updates: int = 10  # linear LR warmup, in updates
-    total_updates: int = 1000  # cosine and entropy decay length; set it to the run's update count
-    ent_coef_start: float = 0.05  # entropy bonus at update 0
-    ent_coef_end: float = 0.01  # entropy bonus after total_updates (the floor)
-    kl_coef: float = 0.05  # KL(ref || new) penalty coefficient (initial value if adaptive)
-    kl_control: str = "fixed"  # fixed | adaptive
-    target_kl: float = 0.02  # per-decision KL target: early stop (old||new) and adaptive (ref||new)
-    kl_horizon: int = 10000  # adaptive controller horizon, in decisions
-    early_stop_factor: float | None = 1.5  # stop epochs when KL(old||new) > factor * target_kl
-    max_grad_norm: float | None = 1.0  # grad-norm clip, policy and value head each; None = none
-    weight_decay: float = 0.0  # AdamW weight decay
-    normalize_advantages: bool = True  # zero-mean unit-std advantages over the rollout
-    trpo_delta: float = 0.01  # TRPO's hard bound on mean KL(old || new)
-    cg_iters: int = 10  # conjugate-gradient iterations
-    cg_damping: float = 0.1  # Fisher damping: solves (F + damping I) s = g
-    backtrack_iters: int = 10  # line-search tries
-    backtrack_ratio: float = 0.5  # step shrink per try
-    # Decisions (a random subset) in the Fisher-vector products; None = minibatch_size, so no
-    # evaluate call is larger than a minibatch. The line search checks the KL on every decision.
-    fisher_batch_size: int | None = None
-    value_lr: float = 1e-3  # value-head LR (PPO/PG: its own param group; TRPO: its own Adam)
-    value_epochs: int = 5  # TRPO: passes of the value head over each rollout
-    seed: int = 0  # minibatch shuffling
-
-    def __post_init__(self) -> None:
-        for name, (lo, hi, lo_ok, hi_ok) in _RANGES.items():
-            value = getattr(self, name)
-            if value is None and name in ("value_clip", "early_stop_factor", "max_grad_norm",
-                                          "fisher_batch_size"):
-                continue
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                (lo <= value if lo_ok else lo < value) and (value <= hi if hi_ok else value < hi))
-            if not ok:
-                allowed = (f"{lo} {'<=' if lo_ok else '<'} {name}"
-                           + ("" if hi == math.inf else f" {'<=' if hi_ok else '<'} {hi}"))
-                raise RLInputError(f"{name} = {value!r} is out of range; allowed: {allowed}.")
-        if self.kl_control not in ("fixed", "adaptive"):
-            raise RLInputError(
-                f"kl_control = {self.kl_control!r} is not allowed; choose 'fixed' or 'adaptive'.")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> AlgoConfig:
-        """Build from a plain mapping; an unknown key is an error that lists the known ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise RLInputError(f"unknown algorithm key(s) {unknown}; known: {sorted(known)}.")
-        return cls(**values)
-
 
 def param_groups(policy_params: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Normalise ``[{"params": [...], "lr_scale": s}, ...]`` (lr_scale defaults to 1)."""

@@ -14,14 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from teamtr.core import TeamTRError
+from teamtr.rl.errors import RLInputError
 
 #: Log-ratios are clamped to +-LOG_RATIO_CLAMP before ``exp`` so one bad sample cannot overflow.
 LOG_RATIO_CLAMP = 20.0
-
-
-class RLInputError(TeamTRError, ValueError):
-    """Bad tensors or settings handed to ``teamtr.rl``; the message names what and what is allowed."""
 
 
 def check_mask(mask: Tensor, name: str = "mask") -> None:
