@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -62,6 +63,17 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
         out[k] = min(xs) if k == "policy/ratio_min" else max(xs) if k == "policy/ratio_max" \
             else sum(xs) / len(xs)
     return out
+
+
+@dataclass
+class EpochLog:
+    """What one epoch of PPO/PG saw: a metrics row, values and returns per step taken."""
+
+    rows: list[dict[str, float]] = field(default_factory=list)
+    values: list[Tensor] = field(default_factory=list)  # [B] per step, detached
+    returns: list[Tensor] = field(default_factory=list)  # [B] per step
+    skipped: int = 0  # minibatches whose loss or gradient was not finite
+    stopped: bool = False  # the KL early stop fired
 
 
 class Algorithm:
@@ -151,62 +163,22 @@ class PPO(Algorithm):
         kl_coef = self.kl.value if self.clip else 0.0
         for g in self.optimizer.param_groups:
             g["lr"] = g["base_lr"] * mult
-        max_norm = c.max_grad_norm if c.max_grad_norm is not None else math.inf
-        skipped, steps, per_epoch, stop = 0, 0, 1, False
-        limit = c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None else math.inf
-        last_rows: list[dict[str, float]] = []
-        last_values: list[Tensor] = []
-        last_returns: list[Tensor] = []
+        kl_limit = (c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None
+                    else math.inf)
+        skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
         for _ in range(c.epochs):
-            rows: list[dict[str, float]] = []
-            values_seen, returns_seen = [], []
             batches = list(rollout.minibatches(c.minibatch_size, self.generator))
             per_epoch = max(len(batches), 1)
-            for mb in batches:
-                scores, values, mb = self._evaluate(evaluate, mb)
-                t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
-                                 mb.mask, mb.actions, mb.advantages,
-                                 clip_eps=c.clip_eps if self.clip else None,
-                                 ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
-                if float(t.kl_old_new) > limit:  # out of the trust region already: no further step
-                    stop = True
-                    break
-                v_loss = clipped_value_loss(values, mb.values, mb.returns,
-                                            c.value_clip if self.clip else None)
-                loss = -t.objective + c.vf_coef * v_loss
-                self.optimizer.zero_grad(set_to_none=True)
-                if not torch.isfinite(loss):
-                    skipped += 1
-                    continue
-                loss.backward()
-                # Clipped apart: a fresh value head's large gradient must not shrink the policy's.
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_tensors, max_norm)
-                value_norm = (torch.nn.utils.clip_grad_norm_(self.value_tensors, max_norm)
-                              if self.value_tensors else torch.zeros(()))
-                if not (torch.isfinite(grad_norm) and torch.isfinite(value_norm)):
-                    # A non-finite gradient must not reach Adam's moments either.
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                    continue
-                self.optimizer.step()
-                steps += 1
-                values_seen.append(values.detach())
-                returns_seen.append(mb.returns)
-                rows.append({"policy/kl_old_new": float(t.kl_old_new),
-                             "policy/kl_ref_new": float(t.kl_ref_new),
-                             "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
-                             "policy/ratio_min": float(t.ratio_min),
-                             "policy/ratio_max": float(t.ratio_max),
-                             "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                             "optim/grad_norm": float(grad_norm), "value/grad_norm": float(value_norm)})
-            if rows or not last_rows:
-                last_rows, last_values, last_returns = rows, values_seen, returns_seen
-            if stop:
+            epoch = self._epoch(evaluate, batches, ent_coef, kl_coef, kl_limit)
+            skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
+            if epoch.rows or not last.rows:
+                last = epoch
+            if epoch.stopped:
                 break
-        metrics = summarise(last_rows)
+        metrics = summarise(last.rows)
         metrics["value/explained_variance"] = (
-            explained_variance(torch.cat(last_values), torch.cat(last_returns))
-            if last_values else float("nan"))
+            explained_variance(torch.cat(last.values), torch.cat(last.returns))
+            if last.values else float("nan"))
         metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef,
                         "optim/kl_coef": kl_coef, "optim/skipped_steps": float(skipped),
                         "optim/epochs_run": steps / per_epoch})
@@ -214,6 +186,55 @@ class PPO(Algorithm):
             self.kl.update(metrics["policy/kl_ref_new"], len(rollout))
         self.updates_done += 1
         return metrics
+
+    def _epoch(self, evaluate: Evaluate, batches: list[Minibatch], ent_coef: float, kl_coef: float,
+               kl_limit: float) -> EpochLog:
+        """One pass over ``batches``: per minibatch one evaluate call and (at most) one step. Stops
+        at the first minibatch whose KL(old || new) exceeds ``kl_limit``, before stepping on it."""
+        c, log = self.config, EpochLog()
+        for mb in batches:
+            scores, values, mb = self._evaluate(evaluate, mb)
+            t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
+                             mb.mask, mb.actions, mb.advantages,
+                             clip_eps=c.clip_eps if self.clip else None,
+                             ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
+            if float(t.kl_old_new) > kl_limit:  # out of the trust region already: no further step
+                log.stopped = True
+                break
+            v_loss = clipped_value_loss(values, mb.values, mb.returns,
+                                        c.value_clip if self.clip else None)
+            norms = self._step(-t.objective + c.vf_coef * v_loss)
+            if norms is None:
+                log.skipped += 1
+                continue
+            log.values.append(values.detach())
+            log.returns.append(mb.returns)
+            log.rows.append(
+                {"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
+                 "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
+                 "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
+                 "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
+                 "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])})
+        return log
+
+    def _step(self, loss: Tensor) -> tuple[Tensor, Tensor] | None:
+        """One optimiser step on ``loss``: the policy's and the value head's gradient norms (before
+        clipping), or None (no step) when the loss or a gradient is not finite."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            return None
+        loss.backward()
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
+        # Clipped apart: a fresh value head's large gradient must not shrink the policy's.
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_tensors, max_norm)
+        value_norm = (torch.nn.utils.clip_grad_norm_(self.value_tensors, max_norm)
+                      if self.value_tensors else torch.zeros(()))
+        if not (torch.isfinite(grad_norm) and torch.isfinite(value_norm)):
+            # A non-finite gradient must not reach Adam's moments either.
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
+        self.optimizer.step()
+        return grad_norm, value_norm
 
     def state_dict(self) -> dict[str, Any]:
         # A snapshot: the optimiser's own state_dict aliases moment tensors later steps overwrite.
