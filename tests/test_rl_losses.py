@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from teamtr.rl import (RLInputError, categorical_kl, clipped_surrogate, clipped_value_loss, entropy,
@@ -124,6 +124,10 @@ def test_bad_input_gives_clear_errors() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), rows=st.integers(1, 6), width=st.integers(1, 7))
+# Cases whose wider-row KL differed in float32 rounding (up to 1e-6 here), beyond allclose defaults.
+@example(seed=35, rows=5, width=7)
+@example(seed=32, rows=6, width=7)
+@example(seed=6, rows=1, width=7)
 def test_padding_never_changes_any_quantity(seed: int, rows: int, width: int) -> None:
     g = torch.Generator().manual_seed(seed)
     counts = torch.randint(1, width + 1, (rows,), generator=g)
