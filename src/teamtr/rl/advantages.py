@@ -90,20 +90,17 @@ def _episode_ends(order: Tensor, episode_id: Tensor, terminated: Tensor, truncat
     done = terminated[order] | truncated[order]
     last = torch.ones(len(order), dtype=torch.bool)
     last[:-1] = ep[1:] != ep[:-1]
-    bad_mid = (done & ~last).nonzero().flatten()
-    if bad_mid.numel() > 0:
-        i = int(order[bad_mid[0]])
-        raise RLInputError(
-            f"decision {i} of episode {int(episode_id[i])} is marked terminated/truncated but the "
-            "episode has later decisions; give each new episode its own episode_id."
-        )
-    open_end = (last & ~done).nonzero().flatten()
-    if open_end.numel() > 0:
-        i = int(order[open_end[0]])
-        raise RLInputError(
-            f"episode {int(episode_id[i])} ends at decision {i} with neither terminated nor "
-            "truncated; mark a rollout cut mid-episode as truncated and give bootstrap_values."
-        )
+    problems = (
+        (done & ~last, "decision {i} of episode {e} is marked terminated/truncated but the episode "
+                       "has later decisions; give each new episode its own episode_id."),
+        (last & ~done, "episode {e} ends at decision {i} with neither terminated nor truncated; mark "
+                       "a rollout cut mid-episode as truncated and give bootstrap_values."),
+    )
+    for where, message in problems:
+        found = where.nonzero().flatten()
+        if found.numel() > 0:
+            i = int(order[found[0]])
+            raise RLInputError(message.format(i=i, e=int(episode_id[i])))
     return last
 
 
