@@ -7,6 +7,9 @@ twice); (3) the full step ``sqrt(2 delta / s^T F s) * s``; (4) a backtracking li
 the first shrunken step whose exact KL(old || new) <= delta and whose surrogate beats the old one,
 else leaves the policy untouched; (5) the value head trained by its own Adam.
 
+``evaluate`` is differentiated twice, so every op it runs needs a double backward; making it so (for
+a coordinator: an attention implementation that has one) is the caller's job.
+
 Per-group ``lr_scale`` has no meaning here (the trust region sets the step), so TRPO ignores it.
 """
 
@@ -170,8 +173,9 @@ class TRPO(Algorithm):
                     raise
                 raise RLInputError(
                     "trpo differentiates the KL twice (Fisher-vector products), but an op in "
-                    f"evaluate has no double backward ({err}); run evaluate with implementations "
-                    "that have one, or use algo.name=ppo.") from None
+                    f"evaluate has no double backward ({err}); run the update inside "
+                    "teamtr.policy.scoring.double_backward_attention() for a coordinator, or use "
+                    "algo.name=ppo.") from None
         return fvp
 
     def _natural_step(self, evaluate: Evaluate, rollout: Rollout,
