@@ -6,7 +6,7 @@ import math
 
 import pytest
 import torch
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from teamtr.rl import (RLInputError, categorical_kl, clipped_surrogate, clipped_value_loss, entropy,
@@ -31,6 +31,17 @@ def test_masked_entries_never_change_a_result() -> None:
     garbage = torch.tensor([[0.0, 0.0, 50.0, -50.0]])
     assert entropy(torch.where(mask, a, garbage), mask) == entropy(a, mask)
     assert categorical_kl(torch.where(mask, a, garbage), q, mask) == categorical_kl(a, q, mask)
+
+
+def test_fill_sets_only_the_padded_entries() -> None:
+    mask = torch.tensor([[True, True, False], [True, True, False]])
+    scores = torch.tensor([[1.0, 3.0, float("-inf")], [-2.0, -1.0, 9.0]])
+    zero, neg = masked_log_softmax(scores, mask), masked_log_softmax(scores, mask, fill=-math.inf)
+    assert torch.equal(zero[mask], neg[mask])
+    assert zero[~mask].tolist() == [0.0] * 2 and neg[~mask].tolist() == [-math.inf] * 2
+    # With -inf, argmax and exp ignore padding (with 0 a padded entry beats every log-prob < 0).
+    assert neg.argmax(-1).tolist() == [1, 1] and zero.argmax(-1).tolist() == [2, 2]
+    assert neg.exp().sum(-1).tolist() == pytest.approx([1.0, 1.0])
 
 
 def test_entropy_of_uniform_and_of_a_point_mass() -> None:
@@ -113,6 +124,10 @@ def test_bad_input_gives_clear_errors() -> None:
 
 @settings(max_examples=60, deadline=None)
 @given(seed=st.integers(0, 10_000), rows=st.integers(1, 6), width=st.integers(1, 7))
+# Cases whose wider-row KL differed in float32 rounding (up to 1e-6 here), beyond allclose defaults.
+@example(seed=35, rows=5, width=7)
+@example(seed=32, rows=6, width=7)
+@example(seed=6, rows=1, width=7)
 def test_padding_never_changes_any_quantity(seed: int, rows: int, width: int) -> None:
     g = torch.Generator().manual_seed(seed)
     counts = torch.randint(1, width + 1, (rows,), generator=g)
@@ -127,6 +142,11 @@ def test_padding_never_changes_any_quantity(seed: int, rows: int, width: int) ->
     wide = torch.cat([mask, torch.zeros(rows, 1, dtype=torch.bool)], dim=1)
     la3 = masked_log_softmax(torch.cat([a, torch.full((rows, 1), 1e3)], dim=1), wide)
     lb3 = masked_log_softmax(torch.cat([b, torch.full((rows, 1), -1e3)], dim=1), wide)
-    assert torch.allclose(categorical_kl(la3, lb3, wide), categorical_kl(la, lb, mask))
-    assert torch.allclose(entropy(la3, wide), entropy(la, mask))
-    assert (categorical_kl(la, lb, mask) >= -1e-6).all()
+    # A wider row may sum in another order (vectorised reductions), so results agree to float32
+    # rounding of the summed terms, not bitwise. The KL is a small difference of terms of up to ~20
+    # nats, so its error scales with the terms' size (kl_terms), not with the KL itself.
+    kl_terms = (la.exp() * (la - lb).abs()).sum(dim=1)
+    kl = categorical_kl(la, lb, mask)
+    assert ((categorical_kl(la3, lb3, wide) - kl).abs() <= 1e-6 * (1 + kl_terms)).all()
+    assert torch.allclose(entropy(la3, wide), entropy(la, mask), rtol=1e-5, atol=1e-6)
+    assert (kl >= -1e-6 * (1 + kl_terms)).all()

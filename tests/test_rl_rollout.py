@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from teamtr.rl import RLInputError, Rollout, RolloutBuffer, gae
+from teamtr.rl import RLInputError, Rollout, gae
 
 
 def _tick(n: int, c: int, episode: list[int], done: bool, reward: float = 1.0) -> dict:
@@ -17,7 +17,7 @@ def _tick(n: int, c: int, episode: list[int], done: bool, reward: float = 1.0) -
 
 
 def test_appends_pad_to_the_widest_row_and_keep_order() -> None:
-    buf = RolloutBuffer()
+    buf = Rollout()
     buf.append(**_tick(2, 3, [0, 1], False))
     buf.append(**_tick(2, 5, [0, 1], True))
     assert len(buf) == 4

@@ -1,5 +1,6 @@
 """Prefix-shared, trie-packed scoring equals the naive prompt x candidate computation."""
 
+import contextlib
 import random
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import load_backbone
 from teamtr.policy.prompts import ChatFormat
-from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack, score_naive
+from teamtr.policy.scoring import CandidateScorer, EncodedDecision, double_backward_attention, pack, score_naive
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +96,27 @@ def test_chat_boundary_tokenisation_matches_full_string(tiny):
         start = len(ids[0]) + len(ids[1])
         ref = sum(logp[start - 1 + i, t] for i, t in enumerate(ids[2] + end))
     assert abs(float(got) - float(ref)) < 1e-4
+
+
+def _fisher_vector_product(scorer: CandidateScorer, prefix, decs, context) -> list[torch.Tensor]:
+    """TRPO's double backward: the gradient of (d KL / d params) . v through the scoring pass."""
+    params = [scorer.base.embed_tokens.weight, scorer.layers[0].self_attn.q_proj.weight]
+    with context:
+        out = scorer.forward(pack(prefix, decs, scorer.max_positions))
+    logp = torch.log_softmax(out.sums.masked_fill(~out.mask, -1e9), -1)
+    kl = (logp.detach().exp() * (logp.detach() - logp)).sum()
+    grads = torch.autograd.grad(kl, params, create_graph=True)
+    return torch.autograd.grad(sum(g.sum() for g in grads), params)
+
+
+def test_double_backward_attention_makes_scoring_twice_differentiable(tiny):
+    scorer = CandidateScorer(tiny.model)
+    prefix, decs = random_decisions(random.Random(0), 2)
+    fvp = _fisher_vector_product(scorer, prefix, decs, double_backward_attention())
+    assert all(torch.isfinite(v).all() for v in fvp) and float(fvp[1].abs().sum()) > 0
+    if tiny.model.config._attn_implementation == "sdpa":  # the fused kernel has no double backward
+        with pytest.raises(RuntimeError, match="not implemented"):
+            _fisher_vector_product(scorer, prefix, decs, contextlib.nullcontext())
 
 
 def test_bad_input_errors(tiny):

@@ -29,11 +29,14 @@ caught by a test, not trusted.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import torch
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from teamtr.core import TeamTRError
 from teamtr.policy.settings import NORMALIZATIONS
@@ -126,111 +129,140 @@ def _trie(candidates: Sequence[tuple[int, ...]]) -> tuple[list[int], list[int], 
     return parent, token, paths
 
 
+@dataclass
+class _Layout:
+    """One decision's packed row and its trie, indices local to the decision (``pack`` offsets them).
+
+    The row holds the dynamic tokens, then the trie's inner nodes (their outputs predict their
+    children; leaves are never inputs). Trie node ``n`` is edge ``n``: one scored token.
+    """
+
+    tokens: list[int]  # [row length] input ids
+    positions: list[int]  # [row length] absolute position ids (after the P prefix tokens)
+    attends: list[list[int]]  # per row position, the row positions it may attend
+    pred_rows: list[int]  # row positions whose logits are needed, the prompt's last token first
+    edge_pred: list[int]  # per edge: index into pred_rows of the position predicting its token
+    edge_token: list[int]  # per edge: its token
+    paths: list[list[int]]  # per candidate: its edges, root first
+
+
+def _check_decision(b: int, dec: EncodedDecision, P: int, max_positions: int) -> None:
+    if not dec.candidates:
+        raise TeamTRError(f"Decision {b} has an empty candidate list; every state needs candidates.")
+    if not dec.dynamic:
+        raise TeamTRError(f"Decision {b} has an empty prompt; the dynamic part must hold the state.")
+    D = len(dec.dynamic)
+    longest = max(len(c) for c in dec.candidates)
+    if P + D + longest > max_positions:
+        worst = max(range(len(dec.candidates)), key=lambda j: len(dec.candidates[j]))
+        raise TeamTRError(
+            f"Decision {b}: prompt ({P + D} tokens) + candidate {worst} ({longest} tokens) exceed the "
+            f"model's context of {max_positions} tokens; shorten the state text or the candidate."
+        )
+    if any(len(c) == 0 for c in dec.candidates):
+        raise TeamTRError(f"Decision {b} has an empty candidate; every candidate needs text.")
+
+
+def _layout(dec: EncodedDecision, P: int) -> _Layout:
+    """Tree attention for one decision: a trie node at depth d sits at position P + D + d and sees
+    the dynamic part and its own ancestors (the prefix is seen by every row)."""
+    parent, token, paths = _trie(dec.candidates)
+    has_child = [False] * len(parent)
+    for p in parent:
+        if p >= 0:
+            has_child[p] = True
+    D = len(dec.dynamic)
+    row_of: dict[int, int] = {}  # inner trie node -> its row position
+    tokens, positions = list(dec.dynamic), [P + i for i in range(D)]
+    attends = [list(range(i + 1)) for i in range(D)]
+    depth = [0] * len(parent)
+    for n, p in enumerate(parent):
+        depth[n] = 0 if p < 0 else depth[p] + 1
+        if has_child[n]:
+            row_of[n] = len(tokens)
+            tokens.append(token[n])
+            positions.append(P + D + depth[n])
+            ancestors, a = [], n
+            while a >= 0:
+                ancestors.append(row_of[a])
+                a = parent[a]
+            attends.append(list(range(D)) + ancestors)
+    pred_rows = [D - 1] + [row_of[n] for n in row_of]
+    slot_of_row = {r: slot for slot, r in enumerate(pred_rows)}
+    edge_pred = [slot_of_row[D - 1 if p < 0 else row_of[p]] for p in parent]
+    return _Layout(tokens, positions, attends, pred_rows, edge_pred, token, paths)
+
+
+def _row_tensors(layouts: Sequence[_Layout], L: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``input_ids`` [B, L], ``positions`` [B, L] and ``row_mask`` [B, L, L], zero-padded."""
+    B = len(layouts)
+    input_ids = torch.zeros(B, L, dtype=torch.long)
+    positions = torch.zeros(B, L, dtype=torch.long)
+    row_mask = torch.zeros(B, L, L, dtype=torch.bool)
+    for b, lay in enumerate(layouts):
+        n = len(lay.tokens)
+        input_ids[b, :n] = torch.tensor(lay.tokens)
+        positions[b, :n] = torch.tensor(lay.positions)
+        q = torch.tensor([i for i, a in enumerate(lay.attends) for _ in a])
+        k = torch.tensor([j for a in lay.attends for j in a])
+        row_mask[b, q, k] = True
+    return input_ids, positions, row_mask
+
+
+def _candidate_counts(decisions: Sequence[EncodedDecision]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``n_tokens``, ``n_words`` [B, Cmax] float (0 where padded) and ``cand_mask`` [B, Cmax] bool."""
+    B, cmax = len(decisions), max(len(d.candidates) for d in decisions)
+    n_tokens = torch.zeros(B, cmax)
+    n_words = torch.zeros(B, cmax)
+    cand_mask = torch.zeros(B, cmax, dtype=torch.bool)
+    for b, dec in enumerate(decisions):
+        c = len(dec.candidates)
+        n_tokens[b, :c] = torch.tensor([len(x) for x in dec.candidates], dtype=torch.float)
+        n_words[b, :c] = torch.tensor(list(dec.words), dtype=torch.float)
+        cand_mask[b, :c] = True
+    return n_tokens, n_words, cand_mask
+
+
 def pack(prefix: Sequence[int], decisions: Sequence[EncodedDecision], max_positions: int) -> PackedBatch:
-    """Lay out B decisions as packed rows with trie-shared candidates (see the module docstring)."""
+    """Lay out B decisions as packed rows with trie-shared candidates (see the module docstring):
+    per-decision layouts, then their local indices offset into flat gather indices over the batch."""
     if not decisions:
         raise TeamTRError("pack() got no decisions; give at least one state to score.")
     P = len(prefix)
-    rows: list[list[int]] = []
-    poss: list[list[int]] = []
-    allowed: list[list[list[int]]] = []  # per row position: the row positions it may attend
-    value_pos: list[int] = []
-    pred_rows: list[tuple[int, int]] = []  # (b, row position)
-    edges: list[tuple[int, int]] = []  # (pred slot, token)
+    layouts = []
+    for b, dec in enumerate(decisions):
+        _check_decision(b, dec, P, max_positions)
+        layouts.append(_layout(dec, P))
+    L = max(len(lay.tokens) for lay in layouts)
+    pred_index: list[int] = []
+    edge_pred: list[int] = []
+    edge_token: list[int] = []
     path_edge: list[int] = []
     path_cand: list[int] = []
     cand_batch: list[int] = []
     cand_slot: list[int] = []
-    ntok: list[list[int]] = []
-    nwrd: list[list[int]] = []
-    for b, dec in enumerate(decisions):
-        if not dec.candidates:
-            raise TeamTRError(f"Decision {b} has an empty candidate list; every state needs candidates.")
-        if not dec.dynamic:
-            raise TeamTRError(f"Decision {b} has an empty prompt; the dynamic part must hold the state.")
-        D = len(dec.dynamic)
-        longest = max(len(c) for c in dec.candidates)
-        if P + D + longest > max_positions:
-            worst = max(range(len(dec.candidates)), key=lambda j: len(dec.candidates[j]))
-            raise TeamTRError(
-                f"Decision {b}: prompt ({P + D} tokens) + candidate {worst} ({longest} tokens) exceed the "
-                f"model's context of {max_positions} tokens; shorten the state text or the candidate."
-            )
-        if any(len(c) == 0 for c in dec.candidates):
-            raise TeamTRError(f"Decision {b} has an empty candidate; every candidate needs text.")
-        parent, token, paths = _trie(dec.candidates)
-        has_child = [False] * len(parent)
-        for p in parent:
-            if p >= 0:
-                has_child[p] = True
-        # Inner nodes become inputs (their outputs predict their children); leaves never do.
-        row_of: dict[int, int] = {}
-        row = list(dec.dynamic)
-        pos = [P + i for i in range(D)]
-        att = [list(range(i + 1)) for i in range(D)]
-        depth = [0] * len(parent)
-        for n, p in enumerate(parent):
-            depth[n] = 0 if p < 0 else depth[p] + 1
-            if has_child[n]:
-                row_of[n] = len(row)
-                row.append(token[n])
-                pos.append(P + D + depth[n])
-                anc, a = [], n
-                while a >= 0:
-                    anc.append(row_of[a])
-                    a = parent[a]
-                att.append(list(range(D)) + anc)
-        base = len(pred_rows)
-        pred_rows.append((b, D - 1))
-        slot_of_row = {D - 1: base}
-        for n in row_of:
-            slot_of_row[row_of[n]] = len(pred_rows)
-            pred_rows.append((b, row_of[n]))
-        edge_base = len(edges)
-        for n, p in enumerate(parent):
-            edges.append((slot_of_row[D - 1 if p < 0 else row_of[p]], token[n]))
-        c0 = len(cand_batch)
-        for j, path in enumerate(paths):
-            path_edge.extend(edge_base + n for n in path)
-            path_cand.extend([c0 + j] * len(path))
+    for b, lay in enumerate(layouts):
+        slot0, edge0 = len(pred_index), len(edge_token)
+        pred_index += [b * L + r for r in lay.pred_rows]
+        edge_pred += [slot0 + slot for slot in lay.edge_pred]
+        edge_token += lay.edge_token
+        for j, path in enumerate(lay.paths):
+            path_edge += [edge0 + e for e in path]
+            path_cand += [len(cand_batch)] * len(path)
             cand_batch.append(b)
             cand_slot.append(j)
-        ntok.append([len(c) for c in dec.candidates])
-        nwrd.append(list(dec.words))
-        rows.append(row)
-        poss.append(pos)
-        allowed.append(att)
-        value_pos.append(D - 1)
-    B, L = len(rows), max(len(r) for r in rows)
-    cmax = max(len(t) for t in ntok)
-    input_ids = torch.zeros(B, L, dtype=torch.long)
-    positions = torch.zeros(B, L, dtype=torch.long)
-    row_mask = torch.zeros(B, L, L, dtype=torch.bool)
-    for b in range(B):
-        n = len(rows[b])
-        input_ids[b, :n] = torch.tensor(rows[b])
-        positions[b, :n] = torch.tensor(poss[b])
-        q = torch.tensor([i for i, a in enumerate(allowed[b]) for _ in a])
-        k = torch.tensor([j for a in allowed[b] for j in a])
-        row_mask[b, q, k] = True
-    n_tokens = torch.zeros(B, cmax)
-    n_words = torch.zeros(B, cmax)
-    cand_mask = torch.zeros(B, cmax, dtype=torch.bool)
-    for b in range(B):
-        c = len(ntok[b])
-        n_tokens[b, :c] = torch.tensor(ntok[b], dtype=torch.float)
-        n_words[b, :c] = torch.tensor(nwrd[b], dtype=torch.float)
-        cand_mask[b, :c] = True
+    input_ids, positions, row_mask = _row_tensors(layouts, L)
+    n_tokens, n_words, cand_mask = _candidate_counts(decisions)
     return PackedBatch(
         prefix=torch.tensor(list(prefix), dtype=torch.long),
         input_ids=input_ids,
         positions=positions,
         row_mask=row_mask,
-        lengths=torch.tensor([len(r) for r in rows]),
-        value_index=torch.tensor([b * L + v for b, v in enumerate(value_pos)]),
-        pred_index=torch.tensor([b * L + r for b, r in pred_rows]),
-        edge_pred=torch.tensor([e[0] for e in edges]),
-        edge_token=torch.tensor([e[1] for e in edges]),
+        lengths=torch.tensor([len(lay.tokens) for lay in layouts]),
+        value_index=torch.tensor([b * L + lay.pred_rows[0] for b, lay in enumerate(layouts)]),
+        pred_index=torch.tensor(pred_index),
+        edge_pred=torch.tensor(edge_pred),
+        edge_token=torch.tensor(edge_token),
         path_edge=torch.tensor(path_edge),
         path_cand=torch.tensor(path_cand),
         cand_batch=torch.tensor(cand_batch),
@@ -239,6 +271,18 @@ def pack(prefix: Sequence[int], decisions: Sequence[EncodedDecision], max_positi
         n_words=n_words,
         cand_mask=cand_mask,
     )
+
+
+@contextmanager
+def double_backward_attention() -> Iterator[None]:
+    """Scoring passes inside this block can be differentiated twice (TRPO's Fisher-vector products).
+
+    SDPA's fused kernels (flash, memory-efficient) have no double backward; its math kernel is built
+    of plain differentiable ops (eager attention needs nothing). Enter it around the ``evaluate``
+    calls handed to ``teamtr.rl`` TRPO.
+    """
+    with sdpa_kernel([SDPBackend.MATH]):
+        yield
 
 
 class _RecordKV:

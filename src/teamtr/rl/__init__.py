@@ -3,47 +3,56 @@
 ``make_algorithm(name, policy_params, value_params, config)`` builds ``ppo``, ``trpo`` or ``pg``;
 ``algo.update(evaluate, rollout)`` runs one update and returns the metrics (``METRIC_KEYS``).
 No environment, no model loading, no I/O here.
+
+Names are imported from their modules on first use (PEP 562), so ``from teamtr.rl import
+AlgoConfig`` (``teamtr.rl.settings``) does not import torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from torch import Tensor
+#: Each public name -> the module of ``teamtr.rl`` that defines it.
+_HOMES = {
+    "ALGORITHMS": "registry", "make_algorithm": "registry",
+    "METRIC_KEYS": "algorithms", "PPO": "algorithms", "Algorithm": "algorithms",
+    "Evaluate": "algorithms", "PolicyGradient": "algorithms",
+    "TRPO": "trpo", "conjugate_gradient": "trpo", "line_search": "trpo",
+    "AlgoConfig": "settings", "RLInputError": "errors",
+    "AdaptiveKLController": "kl", "FixedKLController": "kl", "make_kl_controller": "kl",
+    "categorical_kl": "losses", "clipped_surrogate": "losses", "clipped_value_loss": "losses",
+    "entropy": "losses", "explained_variance": "losses", "masked_log_softmax": "losses",
+    "policy_terms": "losses",
+    "gae": "advantages", "normalize": "advantages",
+    "Minibatch": "rollout", "Rollout": "rollout",
+    "linear_decay": "schedules", "warmup_cosine": "schedules",
+}
 
-from teamtr.rl.advantages import gae, normalize
-from teamtr.rl.algorithms import PPO, METRIC_KEYS, AlgoConfig, Algorithm, Evaluate, PolicyGradient
-from teamtr.rl.kl import AdaptiveKLController, FixedKLController, make_kl_controller
-from teamtr.rl.losses import (RLInputError, categorical_kl, clipped_surrogate, clipped_value_loss,
-                              entropy, explained_variance, masked_log_softmax, policy_terms)
-from teamtr.rl.rollout import Minibatch, Rollout, RolloutBuffer
-from teamtr.rl.schedules import linear_decay, warmup_cosine
-from teamtr.rl.trpo import TRPO, conjugate_gradient, line_search
+__all__ = sorted(_HOMES)
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "trpo": TRPO, "pg": PolicyGradient}
-
-
-def make_algorithm(name: str, policy_params: Sequence[dict[str, Any]],
-                   value_params: Iterable[Tensor], config: AlgoConfig | None = None) -> Algorithm:
-    """Build an algorithm by name (``ppo``, ``trpo`` or ``pg``).
-
-    Args:
-        policy_params: param groups ``[{"params": [tensors], "lr_scale": 1.0}, ...]``; lr_scale is a
-            per-group LR multiplier (the seed's "tune the last layers more"; ignored by TRPO).
-        value_params: the value head's tensors (disjoint from the policy's).
-        config: ``AlgoConfig`` (defaults when None).
-    """
-    if name not in ALGORITHMS:
-        raise RLInputError(f"algorithm = {name!r} is not known; choose one of {sorted(ALGORITHMS)}.")
-    return ALGORITHMS[name](policy_params, value_params, config or AlgoConfig())
+if TYPE_CHECKING:
+    from teamtr.rl.advantages import gae, normalize
+    from teamtr.rl.algorithms import METRIC_KEYS, PPO, Algorithm, Evaluate, PolicyGradient
+    from teamtr.rl.errors import RLInputError
+    from teamtr.rl.kl import AdaptiveKLController, FixedKLController, make_kl_controller
+    from teamtr.rl.losses import (categorical_kl, clipped_surrogate, clipped_value_loss, entropy,
+                                  explained_variance, masked_log_softmax, policy_terms)
+    from teamtr.rl.registry import ALGORITHMS, make_algorithm
+    from teamtr.rl.rollout import Minibatch, Rollout
+    from teamtr.rl.schedules import linear_decay, warmup_cosine
+    from teamtr.rl.settings import AlgoConfig
+    from teamtr.rl.trpo import TRPO, conjugate_gradient, line_search
 
 
-__all__ = [
-    "ALGORITHMS", "METRIC_KEYS", "PPO", "TRPO", "AdaptiveKLController", "AlgoConfig", "Algorithm",
-    "Evaluate", "FixedKLController", "Minibatch", "PolicyGradient", "RLInputError", "Rollout",
-    "RolloutBuffer", "categorical_kl", "clipped_surrogate", "clipped_value_loss",
-    "conjugate_gradient", "entropy", "explained_variance", "gae", "line_search", "linear_decay",
-    "make_algorithm", "make_kl_controller", "masked_log_softmax", "normalize", "policy_terms",
-    "warmup_cosine",
-]
+def __getattr__(name: str) -> Any:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'teamtr.rl' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"teamtr.rl.{home}"), name)
+    globals()[name] = value  # later look-ups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOMES))

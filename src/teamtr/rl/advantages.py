@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from teamtr.rl.losses import RLInputError
+from teamtr.rl.errors import RLInputError
 
 
 def _check_unit(name: str, value: float) -> None:
@@ -45,42 +45,21 @@ def gae(
     """
     _check_unit("gamma", gamma)
     _check_unit("lam", lam)
-    n = rewards.shape[0]
-    for name, t in (("values", values), ("terminated", terminated), ("truncated", truncated),
-                    ("bootstrap_values", bootstrap_values), ("episode_id", episode_id)):
-        if t.shape != (n,):
-            raise RLInputError(f"{name} has shape {tuple(t.shape)}; expected [{n}] like rewards.")
+    n = _check_shapes(rewards, values=values, terminated=terminated, truncated=truncated,
+                      bootstrap_values=bootstrap_values, episode_id=episode_id)
     if n == 0:
         empty = torch.zeros(0, dtype=torch.float32)
         return empty, empty.clone()
-
     # A stable sort keeps each episode's decisions in storage (= time) order.
     order = torch.argsort(episode_id, stable=True)
-    ep = episode_id[order]
-    done = terminated[order] | truncated[order]
-    last = torch.ones(n, dtype=torch.bool)
-    last[:-1] = ep[1:] != ep[:-1]
-    bad_mid = (done & ~last).nonzero().flatten()
-    if bad_mid.numel() > 0:
-        i = int(order[bad_mid[0]])
-        raise RLInputError(
-            f"decision {i} of episode {int(episode_id[i])} is marked terminated/truncated but the "
-            "episode has later decisions; give each new episode its own episode_id."
-        )
-    open_end = (last & ~done).nonzero().flatten()
-    if open_end.numel() > 0:
-        i = int(order[open_end[0]])
-        raise RLInputError(
-            f"episode {int(episode_id[i])} ends at decision {i} with neither terminated nor "
-            "truncated; mark a rollout cut mid-episode as truncated and give bootstrap_values."
-        )
+    last = _episode_ends(order, episode_id, terminated, truncated)
 
+    # V(s_{t+1}): the episode's next value; the bootstrap after a truncation, 0 after a termination.
     v = values[order].double()
-    term = terminated[order]
     next_v = torch.empty_like(v)
     next_v[:-1] = v[1:]
     next_v = torch.where(last, bootstrap_values[order].double(), next_v)
-    next_v = torch.where(term, torch.zeros_like(next_v), next_v)
+    next_v = torch.where(terminated[order], torch.zeros_like(next_v), next_v)
     delta = (rewards[order].double() + gamma * next_v - v).tolist()
     carry = (~last).tolist()
     # The recursion is inherently sequential; a Python loop over floats is fast for N ~ 1e5.
@@ -93,6 +72,36 @@ def gae(
     advantages[order] = torch.tensor(adv_sorted, dtype=torch.float64)
     returns = advantages + values.double()
     return advantages.float(), returns.float()
+
+
+def _check_shapes(rewards: Tensor, **tensors: Tensor) -> int:
+    """N, the decisions of ``rewards`` [N]; ``RLInputError`` unless every tensor is ``[N]``."""
+    n = rewards.shape[0]
+    for name, t in tensors.items():
+        if t.shape != (n,):
+            raise RLInputError(f"{name} has shape {tuple(t.shape)}; expected [{n}] like rewards.")
+    return n
+
+
+def _episode_ends(order: Tensor, episode_id: Tensor, terminated: Tensor, truncated: Tensor) -> Tensor:
+    """``[N]`` bool in ``order`` (decisions sorted by episode, time within): True at the last
+    decision of each episode. ``RLInputError`` unless exactly those carry terminated/truncated."""
+    ep = episode_id[order]
+    done = terminated[order] | truncated[order]
+    last = torch.ones(len(order), dtype=torch.bool)
+    last[:-1] = ep[1:] != ep[:-1]
+    problems = (
+        (done & ~last, "decision {i} of episode {e} is marked terminated/truncated but the episode "
+                       "has later decisions; give each new episode its own episode_id."),
+        (last & ~done, "episode {e} ends at decision {i} with neither terminated nor truncated; mark "
+                       "a rollout cut mid-episode as truncated and give bootstrap_values."),
+    )
+    for where, message in problems:
+        found = where.nonzero().flatten()
+        if found.numel() > 0:
+            i = int(order[found[0]])
+            raise RLInputError(message.format(i=i, e=int(episode_id[i])))
+    return last
 
 
 def normalize(advantages: Tensor, eps: float = 1e-8) -> Tensor:

@@ -19,100 +19,20 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import Tensor
 
+from teamtr.rl.errors import RLInputError
 from teamtr.rl.kl import make_kl_controller
-from teamtr.rl.losses import RLInputError, clipped_value_loss, explained_variance, policy_terms
-from teamtr.rl.losses import masked_log_softmax
+from teamtr.rl.losses import clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
 from teamtr.rl.rollout import Minibatch, Rollout
 from teamtr.rl.schedules import linear_decay, warmup_cosine
+from teamtr.rl.settings import AlgoConfig
 
 Evaluate = Callable[[Minibatch], tuple[Tensor, Tensor]]
-
-# (lowest, highest, lowest allowed itself, highest allowed itself) for every numeric key.
-_RANGES: dict[str, tuple[float, float, bool, bool]] = {
-    "clip_eps": (0, 1, False, False), "value_clip": (0, math.inf, False, False),
-    "vf_coef": (0, math.inf, True, False), "gamma": (0, 1, True, True), "lam": (0, 1, True, True),
-    "epochs": (1, math.inf, True, False), "minibatch_size": (1, math.inf, True, False),
-    "lr": (0, math.inf, False, False), "min_lr_ratio": (0, 1, True, True),
-    "warmup_updates": (0, math.inf, True, False), "total_updates": (1, math.inf, True, False),
-    "ent_coef_start": (0, math.inf, True, False), "ent_coef_end": (0, math.inf, True, False),
-    "kl_coef": (0, math.inf, True, False), "target_kl": (0, math.inf, False, False),
-    "kl_horizon": (1, math.inf, True, False), "early_stop_factor": (0, math.inf, False, False),
-    "max_grad_norm": (0, math.inf, False, False), "weight_decay": (0, math.inf, True, False),
-    "trpo_delta": (0, math.inf, False, False), "cg_iters": (1, math.inf, True, False),
-    "cg_damping": (0, math.inf, True, False), "backtrack_iters": (1, math.inf, True, False),
-    "backtrack_ratio": (0, 1, False, False), "fisher_batch_size": (1, math.inf, True, False),
-    "value_lr": (0, math.inf, False, False), "value_epochs": (1, math.inf, True, False),
-}
-
-
-@dataclass
-class AlgoConfig:
-    """Every knob of the update; field names are the config keys. Defaults follow the seed (5.2)."""
-
-    clip_eps: float = 0.2  # PPO ratio clip; the seed: 0.1-0.3, lower it first if reward oscillates
-    value_clip: float | None = 0.2  # clip of V - V_old in the value loss; None = plain MSE
-    vf_coef: float = 0.5  # weight of the value loss (PPO/PG share one optimiser with the policy)
-    gamma: float = 0.99  # discount; >= 0.99 for tasks over 100 steps
-    lam: float = 0.95  # GAE lambda; 0.97-0.98 for sparse rewards
-    epochs: int = 4  # passes over each rollout (PPO/PG); 4-8 is safe
-    minibatch_size: int = 64  # decisions per evaluate call
-    lr: float = 3e-5  # peak policy LR (LoRA); full fine-tuning wants 1e-6..1e-5
-    min_lr_ratio: float = 0.0  # cosine decays to lr * min_lr_ratio
-    warmup_updates: int = 10  # linear LR warmup, in updates
-    total_updates: int = 1000  # cosine and entropy decay length; set it to the run's update count
-    ent_coef_start: float = 0.05  # entropy bonus at update 0
-    ent_coef_end: float = 0.01  # entropy bonus after total_updates (the floor)
-    kl_coef: float = 0.05  # KL(ref || new) penalty coefficient (initial value if adaptive)
-    kl_control: str = "fixed"  # fixed | adaptive
-    target_kl: float = 0.02  # per-decision KL target: early stop (old||new) and adaptive (ref||new)
-    kl_horizon: int = 10000  # adaptive controller horizon, in decisions
-    early_stop_factor: float | None = 1.5  # stop epochs when KL(old||new) > factor * target_kl
-    max_grad_norm: float | None = 1.0  # grad-norm clip, policy and value head each; None = none
-    weight_decay: float = 0.0  # AdamW weight decay
-    normalize_advantages: bool = True  # zero-mean unit-std advantages over the rollout
-    trpo_delta: float = 0.01  # TRPO's hard bound on mean KL(old || new)
-    cg_iters: int = 10  # conjugate-gradient iterations
-    cg_damping: float = 0.1  # Fisher damping: solves (F + damping I) s = g
-    backtrack_iters: int = 10  # line-search tries
-    backtrack_ratio: float = 0.5  # step shrink per try
-    # Decisions (a random subset) in the Fisher-vector products; None = minibatch_size, so no
-    # evaluate call is larger than a minibatch. The line search checks the KL on every decision.
-    fisher_batch_size: int | None = None
-    value_lr: float = 1e-3  # value-head LR (PPO/PG: its own param group; TRPO: its own Adam)
-    value_epochs: int = 5  # TRPO: passes of the value head over each rollout
-    seed: int = 0  # minibatch shuffling
-
-    def __post_init__(self) -> None:
-        for name, (lo, hi, lo_ok, hi_ok) in _RANGES.items():
-            value = getattr(self, name)
-            if value is None and name in ("value_clip", "early_stop_factor", "max_grad_norm",
-                                          "fisher_batch_size"):
-                continue
-            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and (
-                (lo <= value if lo_ok else lo < value) and (value <= hi if hi_ok else value < hi))
-            if not ok:
-                allowed = (f"{lo} {'<=' if lo_ok else '<'} {name}"
-                           + ("" if hi == math.inf else f" {'<=' if hi_ok else '<'} {hi}"))
-                raise RLInputError(f"{name} = {value!r} is out of range; allowed: {allowed}.")
-        if self.kl_control not in ("fixed", "adaptive"):
-            raise RLInputError(
-                f"kl_control = {self.kl_control!r} is not allowed; choose 'fixed' or 'adaptive'.")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> AlgoConfig:
-        """Build from a plain mapping; an unknown key is an error that lists the known ones."""
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise RLInputError(f"unknown algorithm key(s) {unknown}; known: {sorted(known)}.")
-        return cls(**values)
-
 
 def param_groups(policy_params: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Normalise ``[{"params": [...], "lr_scale": s}, ...]`` (lr_scale defaults to 1)."""
@@ -143,6 +63,17 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
         out[k] = min(xs) if k == "policy/ratio_min" else max(xs) if k == "policy/ratio_max" \
             else sum(xs) / len(xs)
     return out
+
+
+@dataclass
+class EpochLog:
+    """What one epoch of PPO/PG saw: a metrics row, values and returns per step taken."""
+
+    rows: list[dict[str, float]] = field(default_factory=list)
+    values: list[Tensor] = field(default_factory=list)  # [B] per step, detached
+    returns: list[Tensor] = field(default_factory=list)  # [B] per step
+    skipped: int = 0  # minibatches whose loss or gradient was not finite
+    stopped: bool = False  # the KL early stop fired
 
 
 class Algorithm:
@@ -232,62 +163,22 @@ class PPO(Algorithm):
         kl_coef = self.kl.value if self.clip else 0.0
         for g in self.optimizer.param_groups:
             g["lr"] = g["base_lr"] * mult
-        max_norm = c.max_grad_norm if c.max_grad_norm is not None else math.inf
-        skipped, steps, per_epoch, stop = 0, 0, 1, False
-        limit = c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None else math.inf
-        last_rows: list[dict[str, float]] = []
-        last_values: list[Tensor] = []
-        last_returns: list[Tensor] = []
+        kl_limit = (c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None
+                    else math.inf)
+        skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
         for _ in range(c.epochs):
-            rows: list[dict[str, float]] = []
-            values_seen, returns_seen = [], []
             batches = list(rollout.minibatches(c.minibatch_size, self.generator))
             per_epoch = max(len(batches), 1)
-            for mb in batches:
-                scores, values, mb = self._evaluate(evaluate, mb)
-                t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
-                                 mb.mask, mb.actions, mb.advantages,
-                                 clip_eps=c.clip_eps if self.clip else None,
-                                 ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
-                if float(t.kl_old_new) > limit:  # out of the trust region already: no further step
-                    stop = True
-                    break
-                v_loss = clipped_value_loss(values, mb.values, mb.returns,
-                                            c.value_clip if self.clip else None)
-                loss = -t.objective + c.vf_coef * v_loss
-                self.optimizer.zero_grad(set_to_none=True)
-                if not torch.isfinite(loss):
-                    skipped += 1
-                    continue
-                loss.backward()
-                # Clipped apart: a fresh value head's large gradient must not shrink the policy's.
-                grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_tensors, max_norm)
-                value_norm = (torch.nn.utils.clip_grad_norm_(self.value_tensors, max_norm)
-                              if self.value_tensors else torch.zeros(()))
-                if not (torch.isfinite(grad_norm) and torch.isfinite(value_norm)):
-                    # A non-finite gradient must not reach Adam's moments either.
-                    self.optimizer.zero_grad(set_to_none=True)
-                    skipped += 1
-                    continue
-                self.optimizer.step()
-                steps += 1
-                values_seen.append(values.detach())
-                returns_seen.append(mb.returns)
-                rows.append({"policy/kl_old_new": float(t.kl_old_new),
-                             "policy/kl_ref_new": float(t.kl_ref_new),
-                             "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
-                             "policy/ratio_min": float(t.ratio_min),
-                             "policy/ratio_max": float(t.ratio_max),
-                             "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                             "optim/grad_norm": float(grad_norm), "value/grad_norm": float(value_norm)})
-            if rows or not last_rows:
-                last_rows, last_values, last_returns = rows, values_seen, returns_seen
-            if stop:
+            epoch = self._epoch(evaluate, batches, ent_coef, kl_coef, kl_limit)
+            skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
+            if epoch.rows or not last.rows:
+                last = epoch
+            if epoch.stopped:
                 break
-        metrics = summarise(last_rows)
+        metrics = summarise(last.rows)
         metrics["value/explained_variance"] = (
-            explained_variance(torch.cat(last_values), torch.cat(last_returns))
-            if last_values else float("nan"))
+            explained_variance(torch.cat(last.values), torch.cat(last.returns))
+            if last.values else float("nan"))
         metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef,
                         "optim/kl_coef": kl_coef, "optim/skipped_steps": float(skipped),
                         "optim/epochs_run": steps / per_epoch})
@@ -295,6 +186,55 @@ class PPO(Algorithm):
             self.kl.update(metrics["policy/kl_ref_new"], len(rollout))
         self.updates_done += 1
         return metrics
+
+    def _epoch(self, evaluate: Evaluate, batches: list[Minibatch], ent_coef: float, kl_coef: float,
+               kl_limit: float) -> EpochLog:
+        """One pass over ``batches``: per minibatch one evaluate call and (at most) one step. Stops
+        at the first minibatch whose KL(old || new) exceeds ``kl_limit``, before stepping on it."""
+        c, log = self.config, EpochLog()
+        for mb in batches:
+            scores, values, mb = self._evaluate(evaluate, mb)
+            t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
+                             mb.mask, mb.actions, mb.advantages,
+                             clip_eps=c.clip_eps if self.clip else None,
+                             ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
+            if float(t.kl_old_new) > kl_limit:  # out of the trust region already: no further step
+                log.stopped = True
+                break
+            v_loss = clipped_value_loss(values, mb.values, mb.returns,
+                                        c.value_clip if self.clip else None)
+            norms = self._step(-t.objective + c.vf_coef * v_loss)
+            if norms is None:
+                log.skipped += 1
+                continue
+            log.values.append(values.detach())
+            log.returns.append(mb.returns)
+            log.rows.append(
+                {"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
+                 "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
+                 "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
+                 "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
+                 "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])})
+        return log
+
+    def _step(self, loss: Tensor) -> tuple[Tensor, Tensor] | None:
+        """One optimiser step on ``loss``: the policy's and the value head's gradient norms (before
+        clipping), or None (no step) when the loss or a gradient is not finite."""
+        self.optimizer.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            return None
+        loss.backward()
+        max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
+        # Clipped apart: a fresh value head's large gradient must not shrink the policy's.
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_tensors, max_norm)
+        value_norm = (torch.nn.utils.clip_grad_norm_(self.value_tensors, max_norm)
+                      if self.value_tensors else torch.zeros(()))
+        if not (torch.isfinite(grad_norm) and torch.isfinite(value_norm)):
+            # A non-finite gradient must not reach Adam's moments either.
+            self.optimizer.zero_grad(set_to_none=True)
+            return None
+        self.optimizer.step()
+        return grad_norm, value_norm
 
     def state_dict(self) -> dict[str, Any]:
         # A snapshot: the optimiser's own state_dict aliases moment tensors later steps overwrite.

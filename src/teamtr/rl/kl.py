@@ -7,7 +7,7 @@ grows while the policy sits further from the reference than ``target`` and shrin
 
 from __future__ import annotations
 
-from teamtr.rl.losses import RLInputError
+from teamtr.rl.errors import RLInputError
 
 
 class FixedKLController:

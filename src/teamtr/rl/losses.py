@@ -14,14 +14,10 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from teamtr.core import TeamTRError
+from teamtr.rl.errors import RLInputError
 
 #: Log-ratios are clamped to +-LOG_RATIO_CLAMP before ``exp`` so one bad sample cannot overflow.
 LOG_RATIO_CLAMP = 20.0
-
-
-class RLInputError(TeamTRError, ValueError):
-    """Bad tensors or settings handed to ``teamtr.rl``; the message names what and what is allowed."""
 
 
 def check_mask(mask: Tensor, name: str = "mask") -> None:
@@ -48,20 +44,22 @@ def check_same_shape(mask: Tensor, **tensors: Tensor) -> None:
             )
 
 
-def masked_log_softmax(scores: Tensor, mask: Tensor) -> Tensor:
+def masked_log_softmax(scores: Tensor, mask: Tensor, *, fill: float = 0.0) -> Tensor:
     """Log-probabilities over the valid candidates of each row.
 
     Args:
-        scores: ``[B, C]`` unnormalised candidate logits (padded entries may hold anything finite).
+        scores: ``[B, C]`` unnormalised candidate logits (padded entries may hold anything, -inf too).
         mask: ``[B, C]`` bool, True for real candidates; every row needs one.
+        fill: the value written into padded entries: 0 (the default) keeps sums and the maths of this
+            module exact; ``-inf`` makes ``argmax``, ``exp`` and sampling ignore them.
     Returns:
-        ``[B, C]`` log-probs; each row's valid entries log-sum-exp to 0, padded entries are 0.
+        ``[B, C]`` log-probs; each row's valid entries log-sum-exp to 0, padded entries hold ``fill``.
     """
     check_mask(mask)
     check_same_shape(mask, scores=scores)
     # A finite fill instead of -inf keeps the backward pass free of inf - inf.
     logits = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
-    return torch.log_softmax(logits, dim=-1).masked_fill(~mask, 0.0)
+    return torch.log_softmax(logits, dim=-1).masked_fill(~mask, fill)
 
 
 def entropy(logp: Tensor, mask: Tensor) -> Tensor:

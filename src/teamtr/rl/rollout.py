@@ -3,7 +3,7 @@
 Build a ``Rollout`` by ``append``-ing decisions (one decision, or a batch of many teams' ticks at once;
 episodes may interleave, each episode's decisions in time order) or in one go with
 ``Rollout.from_tensors``. Then ``compute_advantages`` fills ``advantages`` and ``returns`` and
-``minibatches`` yields shuffled ``Minibatch`` views for the update. ``RolloutBuffer`` is the same class.
+``minibatches`` yields shuffled ``Minibatch`` views for the update.
 
 Per-decision fields (N decisions, C = the largest candidate count; shorter rows are padded):
 
@@ -34,7 +34,8 @@ from torch import Tensor
 
 from teamtr.rl.advantages import gae
 from teamtr.rl.advantages import normalize as normalize_advantages
-from teamtr.rl.losses import RLInputError, check_mask
+from teamtr.rl.errors import RLInputError
+from teamtr.rl.losses import check_mask
 
 _CANDIDATE_FIELDS = ("logp", "ref_logp", "mask")
 _DECISION_FIELDS = ("actions", "values", "rewards", "terminated", "truncated", "episode_id",
@@ -201,7 +202,3 @@ class Rollout:
         perm = torch.randperm(n, generator=generator)
         for index in torch.tensor_split(perm, -(-n // size)):
             yield self.subset(index)
-
-
-#: The name the trainer builds with; one class serves both as the buffer and the finished rollout.
-RolloutBuffer = Rollout
