@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("overcooked", reason="needs pip install 'teamtr[overcooked]'")
 
 from hypothesis import given, settings  # noqa: E402
+from fuzz import examples  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from teamtr.core import EVENT_KINDS, NOOP, TeamTRError, World  # noqa: E402
@@ -139,7 +140,7 @@ def test_task_text_is_static_and_state_text_short() -> None:
     assert all(len(d.text.split()) <= 8 for d in world.directives())
 
 
-@settings(max_examples=8, deadline=None)
+@settings(max_examples=examples(8))
 @given(seed=st.integers(0, 10_000), layout=st.sampled_from(list(oc.LAYOUTS)))
 def test_random_directives_never_crash_and_same_seed_same_episode(seed: int, layout: str) -> None:
     world = oc.OvercookedWorld(layout=layout, horizon=120)

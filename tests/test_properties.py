@@ -2,6 +2,7 @@
 
 import pytest
 from hypothesis import given, settings
+from fuzz import examples
 from hypothesis import strategies as st
 
 from teamtr.core import TeamTRError
@@ -57,7 +58,7 @@ def software_invariants(world):
         assert doing is None or ITEMS[doing[1]][0] == world.skill[agent]
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(seed=st.integers(0, 10**6), agents=st.integers(2, 6), items=st.integers(2, 5),
        names=st.sampled_from(["default", "heldout"]), compliance=st.sampled_from([1.0, 0.6]),
        choices=CHOICES)
@@ -68,7 +69,7 @@ def test_escape_room_random_directives(seed, agents, items, names, compliance, c
     assert first == again  # same seed, same choices: the same episode
 
 
-@settings(max_examples=60, deadline=None)
+@settings(max_examples=examples(60))
 @given(seed=st.integers(0, 10**6), engineers=st.integers(1, 4), bug_rate=st.sampled_from([0.0, 0.5, 1.0]),
        names=st.sampled_from(["default", "heldout"]), compliance=st.sampled_from([1.0, 0.6]),
        choices=CHOICES)
@@ -79,7 +80,7 @@ def test_software_team_random_directives(seed, engineers, bug_rate, names, compl
     assert first == again
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=examples(40))
 @given(seed=st.integers(0, 10**6), world=st.sampled_from(["escape-room", "software-team"]))
 def test_oracle_state_text_decides_the_expert(seed, world):
     """The oracle is a function of the state text: equal texts, equal expert directives."""

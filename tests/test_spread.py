@@ -10,6 +10,7 @@ import pytest
 pytest.importorskip("mpe2", reason="needs pip install 'teamtr[mpe]'")
 
 from hypothesis import given, settings  # noqa: E402
+from fuzz import examples  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from teamtr.core import EVENT_KINDS, NOOP, TeamTRError, World  # noqa: E402
@@ -100,7 +101,7 @@ def test_events_rewards_and_outcome() -> None:
     assert kinds.count("milestone") >= len(world.covered())
 
 
-@settings(max_examples=10, deadline=None)
+@settings(max_examples=examples(10))
 @given(seed=st.integers(0, 10_000), n=st.integers(2, 5))
 def test_random_directives_never_crash_and_same_seed_same_episode(seed: int, n: int) -> None:
     world = SpreadWorld(N=n)

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from teamtr.core import TeamTRError
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
+from teamtr.rl.settings import ALGORITHM_NAMES, AlgoConfig
 
 
 #: The shipped experiments, inside the package: ``--config default`` or a path to a YAML file.
@@ -77,7 +78,7 @@ class AlgoSection(BaseModel):
     """``name`` and ``ref`` plus every ``teamtr.rl.AlgoConfig`` field (validated there)."""
 
     model_config = ConfigDict(extra="allow")
-    name: Literal["ppo", "trpo", "pg"] = "ppo"
+    name: Literal[ALGORITHM_NAMES] = "ppo"  # type: ignore[valid-type]
     ref: Literal["base", "bc"] = "base"  # reference policy of the KL penalty
 
     def algo_options(self) -> dict[str, Any]:
@@ -255,8 +256,6 @@ def validate(tree: dict[str, Any]) -> Config:
     except ValidationError as err:
         raise TeamTRError(_explain(err)) from None
     # Validate the algorithm's own keys now, not at the first update.
-    from teamtr.rl import AlgoConfig
-
     try:
         AlgoConfig.from_dict(config.algo.algo_options())
     except (ValueError, TypeError) as err:

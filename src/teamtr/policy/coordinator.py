@@ -209,7 +209,7 @@ class Coordinator(nn.Module):
                         h = out.captured_rows[j, : int(packed.lengths[j])].detach().clone()
                     handles[i] = len(self._store)
                     self._store.append(_Stored(prefix, enc[i][1], h))
-        logp = masked_log_softmax(scores, mask).masked_fill(~mask, float("-inf"))
+        logp = masked_log_softmax(scores, mask, fill=float("-inf"))
         if greedy:
             choices = logp.argmax(-1)
         else:

@@ -80,6 +80,9 @@ class Algorithm:
     """Shared state of every algorithm: schedules, KL controller, shuffling RNG, checkpointing."""
 
     name = "base"
+    #: True when ``update`` differentiates the evaluate function twice (TRPO's Fisher-vector products):
+    #: the caller must then make it twice differentiable (for a coordinator, the math attention kernel).
+    needs_double_backward = False
 
     def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
                  config: AlgoConfig) -> None:

@@ -9,10 +9,11 @@ from torch import Tensor
 
 from teamtr.rl.algorithms import PPO, Algorithm, PolicyGradient
 from teamtr.rl.errors import RLInputError
-from teamtr.rl.settings import AlgoConfig
+from teamtr.rl.settings import ALGORITHM_NAMES, AlgoConfig
 from teamtr.rl.trpo import TRPO
 
 ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "trpo": TRPO, "pg": PolicyGradient}
+assert tuple(ALGORITHMS) == ALGORITHM_NAMES, "rl/settings.py ALGORITHM_NAMES and the registry disagree"
 
 
 def make_algorithm(name: str, policy_params: Sequence[dict[str, Any]],

@@ -14,6 +14,9 @@ from typing import Any, Mapping
 from teamtr.rl.errors import RLInputError
 
 
+#: The algorithms ``algo.name`` may choose (``teamtr.rl.registry`` maps each to its class).
+ALGORITHM_NAMES = ("ppo", "trpo", "pg")
+
 @dataclass(frozen=True)
 class Range:
     """An interval of allowed numbers; ``low``/``high`` themselves are allowed when ``*_closed``."""

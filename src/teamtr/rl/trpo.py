@@ -97,6 +97,7 @@ class TRPO(Algorithm):
     """Trust-region policy optimisation with a separately trained value head."""
 
     name = "trpo"
+    needs_double_backward = True
 
     def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
                  config: AlgoConfig) -> None:

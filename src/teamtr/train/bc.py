@@ -105,7 +105,7 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
         handles = coordinator.remember(batch)
         scores, _ = coordinator.evaluate(handles)
         mask = coordinator.stored_mask(handles).to(scores.device)
-        logp = masked_log_softmax(scores, mask).masked_fill(~mask, float("-inf"))  # argmax never picks padding
+        logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
         labels = torch.tensor([d.label for d in batch], device=scores.device)
         loss = -logp.gather(1, labels[:, None]).mean()
         opt.zero_grad()

@@ -8,6 +8,7 @@ Each tick every live team's state is scored in ONE coordinator call (prefix-shar
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import time
@@ -21,6 +22,7 @@ from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator
+from teamtr.policy.scoring import double_backward_attention
 from teamtr.rl import AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
@@ -187,8 +189,10 @@ class Trainer:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One algorithm update on ``rollout``; the coordinator's memos and stored decisions go after it."""
         assert self.algo is not None, "update() before the algorithm was built"
+        twice = double_backward_attention() if self.algo.needs_double_backward else contextlib.nullcontext()
         try:
-            metrics = self.algo.update(lambda mb: self.coordinator.evaluate(mb.handles), rollout)
+            with twice:
+                metrics = self.algo.update(lambda mb: self.coordinator.evaluate(mb.handles), rollout)
         finally:
             self.coordinator.after_update()
         if self._skips_reference():
