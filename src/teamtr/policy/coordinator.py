@@ -228,8 +228,11 @@ class Coordinator(nn.Module):
         return handles
 
     def forget(self) -> None:
-        """Drop what ``act(keep=True)`` stored (once an update has used it)."""
+        """Drop what ``act(keep=True)`` stored (once an update has used it), and the cached trunk
+        activations of their prefixes: with fresh names every episode has its own prefix, so keeping
+        them would grow without bound."""
         self._store.clear()
+        self._prefix_hidden.clear()
 
     def evaluate(self, handles: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Recompute, with gradients, candidate scores [B, Cmax] (logits before the masked softmax)
