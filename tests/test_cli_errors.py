@@ -68,6 +68,8 @@ CASES = [
     ("run-dir-empty", ["config", "show", "--set", "run_dir= "], 2, r"run_dir is empty"),
     ("curriculum-endless", ["config", "show", "--set", "curriculum.stages=[{env: {agents: 2}}]"], 2,
      r"needs `success` or `max_iterations`"),
+    ("grpo-without-groups", ["config", "show", "--set", "algo.name=grpo"], 2, r"set rollout\.group_size to 2 or more"),
+    ("groups-not-dividing", ["config", "show", "--set", "rollout.group_size=3"], 2, r"not a multiple of rollout\.group_size=3"),
     ("world-unknown", ["eval", "--env", "kitchen", "--episodes", "1"], 2, r"Unknown world 'kitchen'; known worlds: escape-room"),
     ("world-module-missing", ["eval", "--env", "no_such_module:World", "--episodes", "1"], 2, r"no_such_module"),
     ("world-option-unknown", ["eval", "--set", "env.players=3", "--episodes", "1"], 2, r"no option 'players'; allowed options"),

@@ -61,3 +61,56 @@ def test_normalize() -> None:
     out = normalize(torch.tensor([1.0, 3.0]))
     assert out.tolist() == pytest.approx([-1.0, 1.0], abs=1e-6)
     assert normalize(torch.tensor([5.0])).tolist() == [0.0]
+
+
+def test_group_advantages_by_hand():
+    """GRPO: (R - mean_g) / (std_g + eps) with the population std; RLOO: R_i - mean of the others."""
+    from teamtr.rl.advantages import group_advantages
+
+    returns = torch.tensor([1.0, 3.0, 10.0, 10.0, 4.0])
+    groups = torch.tensor([7, 7, 2, 2, 2])
+    grpo = group_advantages(returns, groups, "group", eps=0.0)
+    # group 7: mean 2, std 1 -> -1, +1; group 2: mean 8, std sqrt(8) -> 2/sqrt8, 2/sqrt8, -4/sqrt8
+    s8 = 8 ** 0.5
+    assert torch.allclose(grpo, torch.tensor([-1.0, 1.0, 2 / s8, 2 / s8, -4 / s8]), atol=1e-6)
+    rloo = group_advantages(returns, groups, "loo")
+    # 1 - 3, 3 - 1; 10 - (10+4)/2, 10 - 7, 4 - 10
+    assert torch.allclose(rloo, torch.tensor([-2.0, 2.0, 3.0, 3.0, -6.0]), atol=1e-6)
+
+
+def test_group_advantages_refuse_lonely_episodes_and_unknown_estimators():
+    from teamtr.rl.advantages import group_advantages
+
+    with pytest.raises(RLInputError, match=r"groups \[5\] hold one episode"):
+        group_advantages(torch.tensor([1.0, 2.0, 3.0]), torch.tensor([4, 4, 5]), "loo")
+    with pytest.raises(RLInputError, match="estimator = 'ppo' is not known"):
+        group_advantages(torch.tensor([1.0, 2.0]), torch.tensor([0, 0]), "ppo")
+
+
+def test_rollout_gives_every_decision_its_episodes_group_advantage():
+    """Interleaved episodes of two groups: each decision carries its episode's RLOO advantage."""
+    from teamtr.rl import Rollout
+
+    r = Rollout()
+    mask = torch.ones(2, 2, dtype=torch.bool)
+    logp = torch.full((2, 2), -0.6931)
+    # episodes 0, 1 (group 0) and 2, 3 (group 1); rewards per decision, episodes interleaved
+    for eps, rew, grp, end in [([0, 2], [1.0, 5.0], [0, 1], [F, T]), ([1, 3], [0.0, 1.0], [0, 1], [T, F]),
+                               ([0, 3], [2.0, 0.0], [0, 1], [T, T])]:
+        r.append(logp=logp, ref_logp=logp, mask=mask, actions=torch.tensor([0, 1]), values=torch.zeros(2),
+                 rewards=torch.tensor(rew), terminated=torch.tensor(end),
+                 truncated=torch.tensor([False, False]), episode_id=torch.tensor(eps), group_id=torch.tensor(grp))
+    r.compute_advantages(0.99, 0.95, normalize=False, estimator="loo")
+    # returns: ep0 = 3, ep1 = 0, ep2 = 5, ep3 = 1 -> loo: 3, -3, 4, -4
+    expected = {0: 3.0, 1: -3.0, 2: 4.0, 3: -4.0}
+    assert r.advantages.tolist() == [expected[int(e)] for e in r.episode_id]
+
+
+def test_rollout_refuses_group_baselines_without_groups():
+    from teamtr.rl import Rollout
+
+    r = Rollout()
+    r.append(logp=torch.zeros(1, 1), ref_logp=torch.zeros(1, 1), mask=torch.ones(1, 1, dtype=torch.bool),
+             actions=0, values=0.0, rewards=1.0, terminated=True, truncated=False, episode_id=0)
+    with pytest.raises(RLInputError, match="group baselines need one group_id"):
+        r.compute_advantages(0.99, 0.95, estimator="group")

@@ -220,3 +220,20 @@ def test_line_search_rejects_steps_that_break_the_bound() -> None:
     assert tried == [1.0, 0.5]
     # A step that never improves the objective is never taken.
     assert line_search(lambda f: (0.5, 0.0), 1.0, 0.01, 4, 0.5) == (False, 0.0, 4)
+
+
+@pytest.mark.parametrize("name", ["grpo", "rloo"])
+def test_critic_free_algorithms_improve_and_leave_the_value_head_alone(name) -> None:
+    """GRPO and RLOO: PPO's clipped step on group-baseline advantages; no critic is trained."""
+    p = make_problem()
+    groups = torch.arange(100) % 25  # four episodes per world seed
+    f = {k: getattr(p.rollout, k) for k in ("logp", "ref_logp", "mask", "actions", "values", "rewards",
+                                            "terminated", "truncated", "episode_id", "handles")}
+    p.rollout = Rollout.from_tensors(**f, group_id=groups)
+    algo = _algo(name, p, lr=0.01, target_kl=10.0)
+    assert algo.advantage_estimator == {"grpo": "group", "rloo": "loo"}[name]
+    p.rollout.compute_advantages(0.99, 0.95, normalize=False, estimator=algo.advantage_estimator)
+    before, v_before = p.objective(), p.vtable.detach().clone()
+    algo.update(p.evaluate, p.rollout)
+    assert p.objective() > before + 0.05
+    assert torch.equal(p.vtable.detach(), v_before)

@@ -117,6 +117,9 @@ class RewardsConfig(_Section):
 class RolloutConfig(_Section):
     episodes: int = Field(16, ge=1)  # episodes per iteration
     parallel: int = Field(16, ge=1)  # teams stepped as one batch (one scoring call per tick)
+    #: episodes per world seed: the group a critic-free baseline (algo.name grpo, rloo) compares
+    #: within; 1 gives every episode its own seed
+    group_size: int = Field(1, ge=1)
 
 
 class BCConfig(_Section):
@@ -250,11 +253,23 @@ def _explain(err: ValidationError) -> str:
     return "Bad config: " + "; ".join(lines)
 
 
+def _check_groups(config: Config) -> None:
+    """Critic-free algorithms compare episodes of one world seed: they need whole groups of >= 2."""
+    size, episodes = config.rollout.group_size, config.rollout.episodes
+    if config.algo.name in ("grpo", "rloo") and size < 2:
+        raise TeamTRError(f"Bad config: algo.name={config.algo.name} compares each episode with the others of "
+                          "its world seed: set rollout.group_size to 2 or more (e.g. 4).")
+    if episodes % size:
+        raise TeamTRError(f"Bad config: rollout.episodes={episodes} is not a multiple of rollout.group_size={size}; "
+                          "every world seed runs group_size episodes.")
+
+
 def validate(tree: dict[str, Any]) -> Config:
     try:
         config = Config.model_validate(tree)
     except ValidationError as err:
         raise TeamTRError(_explain(err)) from None
+    _check_groups(config)
     # Validate the algorithm's own keys now, not at the first update.
     try:
         AlgoConfig.from_dict(config.algo.algo_options())

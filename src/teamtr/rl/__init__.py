@@ -17,14 +17,14 @@ from typing import TYPE_CHECKING, Any
 _HOMES = {
     "ALGORITHMS": "registry", "make_algorithm": "registry",
     "METRIC_KEYS": "algorithms", "PPO": "algorithms", "Algorithm": "algorithms",
-    "Evaluate": "algorithms", "PolicyGradient": "algorithms",
+    "Evaluate": "algorithms", "PolicyGradient": "algorithms", "GRPO": "algorithms", "RLOO": "algorithms",
     "TRPO": "trpo", "conjugate_gradient": "trpo", "line_search": "trpo",
     "AlgoConfig": "settings", "RLInputError": "errors",
     "AdaptiveKLController": "kl", "FixedKLController": "kl", "make_kl_controller": "kl",
     "categorical_kl": "losses", "clipped_surrogate": "losses", "clipped_value_loss": "losses",
     "entropy": "losses", "explained_variance": "losses", "masked_log_softmax": "losses",
     "policy_terms": "losses",
-    "gae": "advantages", "normalize": "advantages",
+    "gae": "advantages", "normalize": "advantages", "group_advantages": "advantages",
     "Minibatch": "rollout", "Rollout": "rollout",
     "linear_decay": "schedules", "warmup_cosine": "schedules",
 }
@@ -32,8 +32,8 @@ _HOMES = {
 __all__ = sorted(_HOMES)
 
 if TYPE_CHECKING:
-    from teamtr.rl.advantages import gae, normalize
-    from teamtr.rl.algorithms import METRIC_KEYS, PPO, Algorithm, Evaluate, PolicyGradient
+    from teamtr.rl.advantages import gae, group_advantages, normalize
+    from teamtr.rl.algorithms import GRPO, METRIC_KEYS, PPO, RLOO, Algorithm, Evaluate, PolicyGradient
     from teamtr.rl.errors import RLInputError
     from teamtr.rl.kl import AdaptiveKLController, FixedKLController, make_kl_controller
     from teamtr.rl.losses import (categorical_kl, clipped_surrogate, clipped_value_loss, entropy,

@@ -110,3 +110,47 @@ def normalize(advantages: Tensor, eps: float = 1e-8) -> Tensor:
     if advantages.numel() < 2:
         return centred
     return centred / (advantages.std(unbiased=False) + eps)
+
+
+#: Critic-free advantage estimators over groups of episodes that share a world seed.
+GROUP_ESTIMATORS = ("group", "loo")
+
+
+def group_advantages(returns: Tensor, groups: Tensor, estimator: str, eps: float = 1e-6) -> Tensor:
+    """Critic-free advantages of E episodes from their returns and the group each belongs to.
+
+    ``group`` (GRPO, Shao et al. 2024): ``A_i = (R_i - mean_g R) / (std_g R + eps)`` with the
+    population std of the group; ``loo`` (RLOO, Kool et al. 2019; Ahmadian et al. 2024):
+    ``A_i = R_i - mean_{j in g, j != i} R_j = G / (G - 1) * (R_i - mean_g R)``. A group must hold at
+    least two episodes (with one there is no baseline to compare against).
+
+    Args:
+        returns: [E] f32, one return per episode.
+        groups: [E] long, the group id of each episode (episodes of one world seed share it).
+        estimator: ``group`` or ``loo``.
+    Returns:
+        [E] f32 advantages.
+    """
+    if estimator not in GROUP_ESTIMATORS:
+        raise RLInputError(f"estimator = {estimator!r} is not known; choose one of {', '.join(GROUP_ESTIMATORS)}.")
+    if returns.dim() != 1 or groups.shape != returns.shape:
+        raise RLInputError(f"returns {tuple(returns.shape)} and groups {tuple(groups.shape)} must both be [E].")
+    ids, inverse, counts = torch.unique(groups, return_inverse=True, return_counts=True)
+    if (counts < 2).any():
+        lonely = ids[counts < 2].tolist()[:5]
+        raise RLInputError(f"groups {lonely} hold one episode; a group baseline needs >= 2 episodes per "
+                           "world seed (rollout.group_size >= 2).")
+    returns = returns.float()
+    n = counts.float()[inverse]
+    mean = torch.zeros(len(ids)).index_add_(0, inverse, returns)[inverse] / n
+    centred = returns - mean
+    if estimator == "loo":
+        return centred * n / (n - 1)
+    var = torch.zeros(len(ids)).index_add_(0, inverse, centred**2)[inverse] / n
+    return centred / (var.sqrt() + eps)
+
+
+def episode_returns(rewards: Tensor, episode_id: Tensor) -> tuple[Tensor, Tensor]:
+    """(episode ids [E] sorted, undiscounted return of each [E]) from per-decision ``rewards`` [N]."""
+    ids, inverse = torch.unique(episode_id, return_inverse=True)
+    return ids, torch.zeros(len(ids)).index_add_(0, inverse, rewards.float())

@@ -83,6 +83,9 @@ class Algorithm:
     #: True when ``update`` differentiates the evaluate function twice (TRPO's Fisher-vector products):
     #: the caller must then make it twice differentiable (for a coordinator, the math attention kernel).
     needs_double_backward = False
+    #: ``gae`` (the value head's baseline), or ``group``/``loo`` for critic-free algorithms (GRPO, RLOO):
+    #: ``Rollout.compute_advantages(estimator=...)``; those need episodes grouped by world seed.
+    advantage_estimator = "gae"
 
     def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
                  config: AlgoConfig) -> None:
@@ -206,7 +209,8 @@ class PPO(Algorithm):
                 break
             v_loss = clipped_value_loss(values, mb.values, mb.returns,
                                         c.value_clip if self.clip else None)
-            norms = self._step(-t.objective + c.vf_coef * v_loss)
+            vf_coef = c.vf_coef if self.advantage_estimator == "gae" else 0.0  # no critic to train
+            norms = self._step(-t.objective + vf_coef * v_loss)
             if norms is None:
                 log.skipped += 1
                 continue
@@ -254,3 +258,20 @@ class PolicyGradient(PPO):
 
     name = "pg"
     clip = False
+
+
+class GRPO(PPO):
+    """PPO's clipped surrogate, KL penalty and early stop with group-normalised advantages instead of
+    a critic (Shao et al. 2024): each episode's return against the mean and std of the episodes of
+    its world seed. The value head is not trained (its loss is still logged)."""
+
+    name = "grpo"
+    advantage_estimator = "group"
+
+
+class RLOO(PPO):
+    """PPO's clipped surrogate with the REINFORCE leave-one-out baseline (Kool et al. 2019; Ahmadian et
+    al. 2024): each episode's return minus the mean return of the other episodes of its world seed."""
+
+    name = "rloo"
+    advantage_estimator = "loo"

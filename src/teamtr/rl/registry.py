@@ -7,12 +7,13 @@ from typing import Any
 
 from torch import Tensor
 
-from teamtr.rl.algorithms import PPO, Algorithm, PolicyGradient
+from teamtr.rl.algorithms import GRPO, PPO, RLOO, Algorithm, PolicyGradient
 from teamtr.rl.errors import RLInputError
 from teamtr.rl.settings import ALGORITHM_NAMES, AlgoConfig
 from teamtr.rl.trpo import TRPO
 
-ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "trpo": TRPO, "pg": PolicyGradient}
+ALGORITHMS: dict[str, type[Algorithm]] = {"ppo": PPO, "trpo": TRPO, "pg": PolicyGradient, "grpo": GRPO,
+                                          "rloo": RLOO}
 assert tuple(ALGORITHMS) == ALGORITHM_NAMES, "rl/settings.py ALGORITHM_NAMES and the registry disagree"
 
 

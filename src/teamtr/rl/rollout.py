@@ -21,6 +21,7 @@ truncated           [N] bool     the episode was cut (time limit, end of collect
 episode_id          [N] long     which episode the decision belongs to
 bootstrap_values    [N] f32      V(next state), read only where truncated (default 0)
 handles             [N] long     the trainer's index into its cached activations (default -1)
+group_id            [N] long     episodes sharing a world seed share it (group baselines; default -1)
 ==================  ===========  ==========================================================
 """
 
@@ -32,18 +33,18 @@ from dataclasses import dataclass, fields
 import torch
 from torch import Tensor
 
-from teamtr.rl.advantages import gae
+from teamtr.rl.advantages import GROUP_ESTIMATORS, episode_returns, gae, group_advantages
 from teamtr.rl.advantages import normalize as normalize_advantages
 from teamtr.rl.errors import RLInputError
 from teamtr.rl.losses import check_mask
 
 _CANDIDATE_FIELDS = ("logp", "ref_logp", "mask")
 _DECISION_FIELDS = ("actions", "values", "rewards", "terminated", "truncated", "episode_id",
-                    "bootstrap_values", "handles")
+                    "bootstrap_values", "handles", "group_id")
 _DTYPES = {"logp": torch.float32, "ref_logp": torch.float32, "mask": torch.bool,
            "actions": torch.long, "values": torch.float32, "rewards": torch.float32,
            "terminated": torch.bool, "truncated": torch.bool, "episode_id": torch.long,
-           "bootstrap_values": torch.float32, "handles": torch.long}
+           "bootstrap_values": torch.float32, "handles": torch.long, "group_id": torch.long}
 
 
 @dataclass
@@ -107,6 +108,7 @@ class Rollout:
         episode_id: Tensor | int,
         bootstrap_values: Tensor | float | None = None,
         handles: Tensor | int | None = None,
+        group_id: Tensor | int | None = None,
     ) -> None:
         """Add decisions: candidate fields ``[n, C]`` (or ``[C]`` for one), others ``[n]`` (or scalars).
 
@@ -117,7 +119,8 @@ class Rollout:
                "values": values, "rewards": rewards, "terminated": terminated,
                "truncated": truncated, "episode_id": episode_id,
                "bootstrap_values": 0.0 if bootstrap_values is None else bootstrap_values,
-               "handles": -1 if handles is None else handles}
+               "handles": -1 if handles is None else handles,
+               "group_id": -1 if group_id is None else group_id}
         chunk = {k: torch.as_tensor(v).detach().to("cpu", _DTYPES[k]) for k, v in raw.items()}
         single = chunk["mask"].dim() == 1
         if single:
@@ -164,16 +167,37 @@ class Rollout:
             return self._fields()[name]
         raise AttributeError(f"{type(self).__name__!r} has no attribute {name!r}")
 
-    def compute_advantages(self, gamma: float, lam: float, normalize: bool = True) -> None:
-        """Fill ``advantages`` (GAE, normalised over the whole rollout if asked) and ``returns``.
+    def compute_advantages(self, gamma: float, lam: float, normalize: bool = True,
+                           estimator: str = "gae") -> None:
+        """Fill ``advantages`` and ``returns`` (value targets: GAE's, from the unnormalised advantages).
 
-        ``returns`` (value targets) always use the unnormalised advantages.
+        ``estimator``: ``gae`` (the value head's baseline), or a critic-free group baseline, ``group``
+        (GRPO) or ``loo`` (RLOO), from each episode's return against the other episodes of its
+        ``group_id`` (every decision of an episode gets its episode's advantage). ``normalize``
+        rescales over the whole rollout (``group`` is normalised per group already).
         """
         f = self._fields()
         adv, ret = gae(f["rewards"], f["values"], f["terminated"], f["truncated"],
                        f["bootstrap_values"], f["episode_id"], gamma, lam)
+        if estimator in GROUP_ESTIMATORS:
+            adv = self._group_advantages(estimator)
+            normalize = normalize and estimator != "group"
+        elif estimator != "gae":
+            raise RLInputError(f"estimator = {estimator!r} is not known; choose gae, {', '.join(GROUP_ESTIMATORS)}.")
         self.advantages = normalize_advantages(adv) if normalize else adv
         self.returns = ret
+
+    def _group_advantages(self, estimator: str) -> Tensor:
+        """[N]: each decision gets the group-baseline advantage of its episode."""
+        f = self._fields()
+        ids, returns = episode_returns(f["rewards"], f["episode_id"])
+        position = torch.searchsorted(ids, f["episode_id"])
+        groups = torch.full((len(ids),), -1, dtype=torch.long).scatter_(0, position, f["group_id"])
+        mixed = (groups[position] != f["group_id"]).any()
+        if mixed or (groups < 0).any():
+            raise RLInputError("group baselines need one group_id >= 0 per episode (the world seed's group);"
+                               " append decisions with group_id.")
+        return group_advantages(returns, groups, estimator)[position]
 
     def subset(self, index: Tensor) -> Minibatch:
         """The decisions at ``index`` ([B] long) as a ``Minibatch``."""

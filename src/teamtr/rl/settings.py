@@ -15,7 +15,7 @@ from teamtr.rl.errors import RLInputError
 
 
 #: The algorithms ``algo.name`` may choose (``teamtr.rl.registry`` maps each to its class).
-ALGORITHM_NAMES = ("ppo", "trpo", "pg")
+ALGORITHM_NAMES = ("ppo", "trpo", "pg", "grpo", "rloo")
 
 @dataclass(frozen=True)
 class Range:
