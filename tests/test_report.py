@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from teamtr.core import TeamTRError
-
 from teamtr.telemetry.log import RunLogger
 from teamtr.telemetry.report import PLOTS, PlotSpec, draw, latest_evals, write_report
 from teamtr.telemetry.viewer import ViewerLimits, eval_sample, script_json, spread, training_sample, viewer_groups

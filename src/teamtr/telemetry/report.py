@@ -28,7 +28,7 @@ from teamtr.telemetry.log import (
     CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
 )
 from teamtr.telemetry.metrics import METRICS
-from teamtr.telemetry.viewer import ViewerLimits, viewer_css, viewer_section
+from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -215,7 +215,7 @@ _STYLE = (
 )
 
 
-def write_report(run_dir: str | Path, viewer: ViewerLimits = ViewerLimits()) -> Path:
+def write_report(run_dir: str | Path, viewer: ViewerLimits = DEFAULT_LIMITS) -> Path:
     """Write ``run_dir/report/*.png`` and ``run_dir/report/index.html``; return the HTML's path.
     ``viewer`` bounds how many episodes, and how much of each, the page embeds."""
     run = Path(run_dir)
@@ -233,7 +233,8 @@ def write_report(run_dir: str | Path, viewer: ViewerLimits = ViewerLimits()) -> 
     figures = "".join(f'<img src="{s.file}" alt="{html.escape(s.title)}">' for s in images)
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>TeamTR run {html.escape(run.name)}</title>"
-        f"<style>{_STYLE}{viewer_css()}</style></head><body><h1>TeamTR run {html.escape(run.name)}</h1>{_summary(records)}"
+        f"<style>{_STYLE}{viewer_css()}</style></head>"
+        f"<body><h1>TeamTR run {html.escape(run.name)}</h1>{_summary(records)}"
         f"<h2>Curves</h2>{figures or '<p>No metrics yet.</p>'}"
         f"<h2>End-of-run table (held-out seeds)</h2>{_final_table(run)}"
         f"<h2>Latest evaluation</h2>{_eval_table(records)}"

@@ -34,10 +34,11 @@ page as data and is shown with ``textContent``, never as markup: worlds and team
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 TRANSCRIPTS_FILE = "transcripts.jsonl"
 EVAL_TRANSCRIPTS_FILE = "eval_transcripts.jsonl"
@@ -55,6 +56,9 @@ class ViewerLimits:
     steps: int = 150
     text_chars: int = 2000
     total_bytes: int = 8_000_000
+
+
+DEFAULT_LIMITS = ViewerLimits()
 
 
 def read_episodes(path: Path) -> Iterator[dict[str, Any]]:
@@ -143,7 +147,7 @@ def _episode(episode: dict[str, Any], limits: ViewerLimits) -> dict[str, Any]:
     }
 
 
-def viewer_groups(run: Path, limits: ViewerLimits = ViewerLimits()) -> list[dict[str, Any]]:
+def viewer_groups(run: Path, limits: ViewerLimits = DEFAULT_LIMITS) -> list[dict[str, Any]]:
     """The viewer's episode list: ``[{"label": str, "episodes": [episode, ...]}, ...]``, the final
     evaluation's policies first, then training by iteration; empty groups are left out."""
     groups: list[dict[str, Any]] = [
@@ -193,7 +197,7 @@ def viewer_css() -> str:
     return _asset("viewer.css")
 
 
-def viewer_section(run: Path, limits: ViewerLimits = ViewerLimits()) -> str:
+def viewer_section(run: Path, limits: ViewerLimits = DEFAULT_LIMITS) -> str:
     """The viewer's HTML: its container, the episodes as JSON, and its script."""
     groups = viewer_groups(run, limits)
     if not groups:
