@@ -1,4 +1,5 @@
-"""write_report on synthetic run directories: PNGs written, HTML holds eval table, config and transcript."""
+"""write_report on synthetic run directories: PNGs written, HTML holds the tables, config and viewer data;
+the viewer's episode sampling and its script-safe JSON."""
 
 from __future__ import annotations
 
@@ -8,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from teamtr.core import TeamTRError
-
 from teamtr.telemetry.log import RunLogger
-from teamtr.telemetry.report import PLOTS, PlotSpec, draw, latest_evals, pick_transcript, write_report
+from teamtr.telemetry.report import PLOTS, PlotSpec, draw, latest_evals, write_report
+from teamtr.telemetry.viewer import ViewerLimits, eval_sample, script_json, spread, training_sample, viewer_groups
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -55,10 +56,14 @@ def test_full_run_writes_every_curve_and_an_html_page(tmp_path: Path) -> None:
     page = index.read_text()
     for name in pngs:
         assert f'src="{name}"' in page
-    # The last *successful* transcript, with the chosen candidate marked and the state escaped.
-    assert "Sample transcript: iteration 7, seed 11, success, return 4.500, 1 decisions" in page
-    assert "<b>agent_A: fetch the key &larr;</b>" in page and "key &lt;in&gt; room A" in page
+    # Every training episode reaches the viewer's data, with "<" escaped so no text is markup.
+    data = page.split("<script type='application/json' id='viewer-data'>", 1)[1].split("</script>", 1)[0]
+    groups = json.loads(data)
+    assert [g["label"] for g in groups] == ["training: iteration 3", "training: iteration 7", "training: iteration 9"]
+    step = groups[1]["episodes"][0]["steps"][0]
+    assert step["state"] == "key <in> room A" and step["choice"] == 1 and "<in>" not in data
     assert "target_kl: 0.02" in page  # the config, as text
+    assert "No final_eval.json in this run" in page
 
 
 def test_eval_table_shows_the_latest_line_of_each_suite(tmp_path: Path) -> None:
@@ -107,11 +112,88 @@ def test_panels_get_one_axis_per_present_metric() -> None:
     assert draw(PlotSpec("x.png", "x", ("policy/entropy",)), records, None) is None
 
 
-def test_pick_transcript_falls_back_to_the_last_episode(tmp_path: Path) -> None:
-    path = tmp_path / "t.jsonl"
-    path.write_text('{"iteration": 1, "success": false}\n{"iteration": 2, "success": false}\n')
-    assert pick_transcript(path) == {"iteration": 2, "success": False}
-    assert pick_transcript(tmp_path / "none.jsonl") is None
+def test_final_table_has_a_row_per_policy_and_the_shared_metrics_first(tmp_path: Path) -> None:
+    rows = {"trained": {"success": 0.875, "return": 3.0, "events/soup": 1.5},
+            "heuristic <b>": {"success": 1.0, "return": 4.25}}
+    (tmp_path / "final_eval.json").write_text(json.dumps({"episodes": {"trained": 8}, "rows": rows}))
+    page = write_report(tmp_path).read_text()
+    assert "<tr><th>policy</th><th>success</th><th>return</th><th>events/soup</th></tr>" in page
+    assert "<tr><td>trained</td><td>0.875</td><td>3.000</td><td>1.500</td></tr>" in page
+    assert "<tr><td>heuristic &lt;b&gt;</td><td>1.000</td><td>4.250</td><td>&mdash;</td></tr>" in page
+    (tmp_path / "final_eval.json").write_text('{"rows": ')
+    assert "not valid JSON" in write_report(tmp_path).read_text()
+
+
+def test_bc_plot_counts_steps_and_the_others_iterations() -> None:
+    records = [{"kind": "bc", "iteration": i, "bc/loss": 1.0 / (i + 1)} for i in range(3)]
+    records += [{"kind": "train", "iteration": i, "policy/entropy": 1.0} for i in range(3)]
+    bc = draw(next(s for s in PLOTS if s.file == "bc.png"), records, None)
+    entropy = draw(next(s for s in PLOTS if s.file == "entropy.png"), records, None)
+    assert bc is not None and entropy is not None
+    assert bc.axes[-1].get_xlabel() == "step" and entropy.axes[-1].get_xlabel() == "iteration"
+
+
+def test_spread_keeps_the_first_and_last_and_is_even() -> None:
+    assert spread(10, 4) == [0, 3, 6, 9]
+    assert spread(3, 5) == [0, 1, 2]
+    assert spread(10, 1) == [9] and spread(10, 0) == [] and spread(0, 3) == []
+
+
+def _episodes(path: Path, episodes: list[dict]) -> None:
+    path.write_text("".join(json.dumps(e) + "\n" for e in episodes) + "not json\n[1]\n")
+
+
+def test_training_sample_spreads_over_the_run(tmp_path: Path) -> None:
+    _episodes(tmp_path / "t.jsonl", [{"iteration": i, "steps": []} for i in range(10)])
+    assert [e["iteration"] for e in training_sample(tmp_path / "t.jsonl", 4)] == [0, 3, 6, 9]
+    assert training_sample(tmp_path / "missing.jsonl", 4) == []
+
+
+def test_eval_sample_alternates_successes_and_failures_per_policy(tmp_path: Path) -> None:
+    episodes = [{"policy": "trained", "seed": s, "success": s < 7, "steps": []} for s in range(10)]
+    episodes += [{"policy": "random", "seed": 100 + s, "success": False, "steps": []} for s in range(3)]
+    _episodes(tmp_path / "e.jsonl", episodes)
+    sample = eval_sample(tmp_path / "e.jsonl", 5)
+    assert list(sample) == ["trained", "random"]
+    assert [e["seed"] for e in sample["trained"]] == [0, 7, 1, 8, 2]
+    assert [e["seed"] for e in sample["random"]] == [100, 101, 102]
+
+
+def _step(tick: int, text: str = "s") -> dict:
+    return {"tick": tick, "state": text * 50, "history": [], "candidates": ["a", "b"], "choice": 0,
+            "directive": "a", "reward": 0.5, "events": [], "probs": [0.75, 0.25], "terms": {"progress": 0.5}}
+
+
+def test_viewer_groups_are_bounded_and_eval_comes_first(tmp_path: Path) -> None:
+    _episodes(tmp_path / "transcripts.jsonl",
+              [{"iteration": i, "seed": i, "success": False, "steps": [_step(t) for t in range(9)]} for i in range(6)])
+    _episodes(tmp_path / "eval_transcripts.jsonl",
+              [{"policy": "trained", "seed": 50 + i, "success": True, "steps": [_step(0, "e")]} for i in range(4)])
+    limits = ViewerLimits(train_episodes=2, eval_episodes=3, steps=4, text_chars=20)
+    groups = viewer_groups(tmp_path, limits)
+    assert [g["label"] for g in groups] == ["final evaluation: trained", "training: iteration 0",
+                                            "training: iteration 5"]
+    assert [e["seed"] for e in groups[0]["episodes"]] == [50, 51, 52]
+    train = groups[1]["episodes"][0]
+    assert train["decisions"] == 9 and len(train["steps"]) == 4
+    assert train["steps"][0]["state"] == "s" * 20 + " [... 30 more characters]"
+    assert train["steps"][0]["probs"] == [0.75, 0.25] and train["steps"][0]["terms"] == {"progress": 0.5}
+    # The byte budget takes one episode a group a round: the eval episodes are not crowded out.
+    one, two = len(json.dumps(groups[0]["episodes"][0])), len(json.dumps(train))
+
+    def kept(budget: int) -> list[int]:
+        return [len(g["episodes"]) for g in viewer_groups(tmp_path, ViewerLimits(
+            train_episodes=2, eval_episodes=3, steps=4, text_chars=20, total_bytes=budget))]
+
+    assert kept(2 * one + 2 * two) == [2, 1, 1]
+    assert kept(one + two) == [1, 1]
+
+
+def test_script_json_cannot_close_the_script_and_reads_back() -> None:
+    value = {"state": "</script><script>alert(1)</script> <!-- & \u2028"}
+    text = script_json(value)
+    assert "<" not in text and ">" not in text and "&" not in text
+    assert json.loads(text) == value
 
 
 def test_missing_run_dir_is_named(tmp_path: Path) -> None:

@@ -1,7 +1,11 @@
-"""The run report: PNG curves and one HTML page (curves, config, latest eval table, a sample transcript).
+"""The run report: PNG curves and one HTML page (curves, the end-of-run table, the latest eval table,
+an episode viewer, the config).
 
-``write_report(run_dir)`` reads ``metrics.jsonl``, ``config.yaml`` and ``transcripts.jsonl`` and
-writes ``run_dir/report/*.png`` and ``run_dir/report/index.html``. It works on partial runs: a figure
+``write_report(run_dir)`` reads ``metrics.jsonl``, ``config.yaml``, ``final_eval.json`` (written by
+``teamtr train`` after training: ``{"episodes": {policy: n}, "rows": {policy: {metric: value}}}``) and
+the transcripts the viewer shows (``transcripts.jsonl``, ``eval_transcripts.jsonl``: their format is
+in ``teamtr.telemetry.viewer``), and writes ``run_dir/report/*.png`` and ``run_dir/report/index.html``.
+The page is self-contained (inline script and style, no network). It works on partial runs: a figure
 whose metrics are all missing is not drawn, and a missing file leaves its section saying so.
 
 Matplotlib is used through ``Figure`` + the Agg canvas directly, never ``pyplot``, so writing a
@@ -11,27 +15,26 @@ report changes no global backend of the caller's process and needs no display.
 from __future__ import annotations
 
 import html
-import json
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from teamtr.atomic import atomic_write_text
+from teamtr.atomic import atomic_write_text, read_json
 from teamtr.core import TeamTRError
 from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
     CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
 )
+from teamtr.telemetry.metrics import METRICS
+from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 REPORT_DIR = "report"
-TRANSCRIPTS_FILE = "transcripts.jsonl"
-#: Transcript steps shown in the HTML; a longer episode is cut with a note.
-MAX_TRANSCRIPT_STEPS = 100
+FINAL_EVAL_FILE = "final_eval.json"
 EVAL_COLUMNS: tuple[str, ...] = (
     "eval/success", "eval/return", "eval/length", "eval/conflicts",
     "eval/idle_rate", "eval/comm_effectiveness", "eval/invalid_rate",
@@ -40,7 +43,7 @@ EVAL_COLUMNS: tuple[str, ...] = (
 
 @dataclass(frozen=True)
 class PlotSpec:
-    """One PNG: ``keys`` drawn against iteration (one panel per key when ``panels``).
+    """One PNG: ``keys`` drawn against ``x_label`` (one panel per key when ``panels``).
 
     ``eval_key`` overlays that eval metric per suite as markers; ``target`` names the config key of
     a horizontal reference line (drawn only when the run's config has a number there).
@@ -54,6 +57,7 @@ class PlotSpec:
     eval_key: str | None = None
     target: str | None = None
     trend: bool = True  # False for schedules (lr, coefficients): smoothing a planned curve says nothing
+    x_label: str = "iteration"  # what the x values of ``kind``'s lines count
 
 
 PLOTS: tuple[PlotSpec, ...] = (
@@ -77,7 +81,7 @@ PLOTS: tuple[PlotSpec, ...] = (
     ),
     PlotSpec("speed.png", "Speed", ("perf/decisions_per_s", "perf/iteration_s"), panels=True),
     PlotSpec("bc.png", "Behaviour-cloning warm-up", ("bc/loss", "bc/accuracy", "bc/heldout_accuracy"), kind="bc",
-             panels=True),
+             panels=True, x_label="step"),  # bc lines are numbered by optimiser step
 )
 
 
@@ -124,7 +128,7 @@ def draw(spec: PlotSpec, records: list[dict[str, Any]], config: dict[str, Any] |
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize="small")
-    axes[-1].set_xlabel("iteration")
+    axes[-1].set_xlabel(spec.x_label)
     figure.suptitle(spec.title)
     figure.tight_layout()
     return figure
@@ -149,26 +153,6 @@ def latest_evals(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [latest[s] for s in sorted(latest)]
 
 
-def pick_transcript(path: Path) -> dict[str, Any] | None:
-    """The last successful episode in a transcripts file, else its last episode; None if there is none."""
-    if not path.exists():
-        return None
-    last: dict[str, Any] | None = None
-    last_success: dict[str, Any] | None = None
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            try:
-                episode = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a torn last line of a killed run
-            if not isinstance(episode, dict):
-                continue
-            last = episode
-            if episode.get("success"):
-                last_success = episode
-    return last_success if last_success is not None else last
-
-
 def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
@@ -189,34 +173,27 @@ def _eval_table(records: list[dict[str, Any]]) -> str:
     return f"<table><tr><th>suite</th><th>iteration</th>{head}</tr>{body}</table>"
 
 
-def _transcript_html(episode: dict[str, Any] | None) -> str:
-    if episode is None:
-        return "<p>No transcripts.jsonl in this run.</p>"
-    steps = episode.get("steps") or []
-    outcome = "success" if episode.get("success") else "failure"
-    title = (
-        f"Sample transcript: iteration {_cell(episode.get('iteration'))}, seed {_cell(episode.get('seed'))}, "
-        f"{outcome}, return {_cell(episode.get('return'))}, {len(steps)} decisions"
+def _final_table(run: Path) -> str:
+    """``final_eval.json`` as a table: one row per policy, the shared metrics first, then the rest."""
+    path = run / FINAL_EVAL_FILE
+    if not path.exists():
+        return f"<p>No {FINAL_EVAL_FILE} in this run (it is written after training ends).</p>"
+    try:
+        table = read_json(path, "the end-of-run table")
+    except TeamTRError as error:
+        return f"<p>{html.escape(str(error))}</p>"
+    rows = table.get("rows") if isinstance(table, dict) else None
+    if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
+        return f"<p>{html.escape(str(path))} has no rows {{policy: {{metric: value}}}}.</p>"
+    present = {key for row in rows.values() for key in row}
+    columns = [m for m in METRICS if m in present] + sorted(present - set(METRICS))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
+    body = "".join(
+        f"<tr><td>{html.escape(str(policy))}</td>" + "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns)
+        + "</tr>"
+        for policy, row in rows.items()
     )
-    rows = []
-    for step in steps[:MAX_TRANSCRIPT_STEPS]:
-        choice = step.get("choice")
-        candidates = "".join(
-            f"<li><b>{html.escape(str(c))} &larr;</b></li>" if i == choice else f"<li>{html.escape(str(c))}</li>"
-            for i, c in enumerate(step.get("candidates") or [])
-        )
-        rows.append(
-            f"<tr><td>{_cell(step.get('tick'))}</td><td><pre>{_cell(step.get('state'))}</pre></td>"
-            f"<td><ol start=0>{candidates}</ol></td><td>{_cell(step.get('directive'))}</td>"
-            f"<td>{_cell(step.get('reward'))}</td>"
-            f"<td>{_cell(', '.join(map(str, step.get('events') or [])))}</td></tr>"
-        )
-    cut = len(steps) - MAX_TRANSCRIPT_STEPS
-    note = f"<p>&hellip; {cut} more decisions not shown.</p>" if cut > 0 else ""
-    return (
-        f"<h3>{title}</h3><table><tr><th>tick</th><th>state</th><th>candidates (chosen &larr;)</th>"
-        f"<th>directive</th><th>reward</th><th>events</th></tr>{''.join(rows)}</table>{note}"
-    )
+    return f"<table class='final'><tr><th>policy</th>{head}</tr>{body}</table>"
 
 
 def _summary(records: list[dict[str, Any]]) -> str:
@@ -238,8 +215,9 @@ _STYLE = (
 )
 
 
-def write_report(run_dir: str | Path) -> Path:
-    """Write ``run_dir/report/*.png`` and ``run_dir/report/index.html``; return the HTML's path."""
+def write_report(run_dir: str | Path, viewer: ViewerLimits = DEFAULT_LIMITS) -> Path:
+    """Write ``run_dir/report/*.png`` and ``run_dir/report/index.html``; return the HTML's path.
+    ``viewer`` bounds how many episodes, and how much of each, the page embeds."""
     run = Path(run_dir)
     require_run_dir(run)
     records = read_metrics(run)
@@ -255,10 +233,12 @@ def write_report(run_dir: str | Path) -> Path:
     figures = "".join(f'<img src="{s.file}" alt="{html.escape(s.title)}">' for s in images)
     page = (
         f"<!doctype html><html><head><meta charset='utf-8'><title>TeamTR run {html.escape(run.name)}</title>"
-        f"<style>{_STYLE}</style></head><body><h1>TeamTR run {html.escape(run.name)}</h1>{_summary(records)}"
+        f"<style>{_STYLE}{viewer_css()}</style></head>"
+        f"<body><h1>TeamTR run {html.escape(run.name)}</h1>{_summary(records)}"
         f"<h2>Curves</h2>{figures or '<p>No metrics yet.</p>'}"
+        f"<h2>End-of-run table (held-out seeds)</h2>{_final_table(run)}"
         f"<h2>Latest evaluation</h2>{_eval_table(records)}"
-        f"<h2>Sample transcript</h2>{_transcript_html(pick_transcript(run / TRANSCRIPTS_FILE))}"
+        f"<h2>Episodes</h2>{viewer_section(run, viewer)}"
         f"<h2>Config</h2><pre>{html.escape(config_text)}</pre>"
         f"<p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S')} from {len(records)} metric lines.</small></p>"
         "</body></html>"
