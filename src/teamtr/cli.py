@@ -228,6 +228,47 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def sweep_summary(runs: dict[int, Path]) -> dict[str, Any]:
+    """Per policy and metric: mean, std (population) and the per-seed values of the runs' final tables."""
+    import statistics
+
+    finals = {seed: json.loads((run / "final_eval.json").read_text())["rows"] for seed, run in runs.items()}
+    rows: dict[str, dict[str, dict[str, Any]]] = {}
+    for policy in next(iter(finals.values()), {}):
+        for metric in finals[next(iter(finals))][policy]:
+            values = [finals[s][policy][metric] for s in finals if metric in finals[s].get(policy, {})]
+            rows.setdefault(policy, {})[metric] = {"mean": statistics.fmean(values),
+                                                   "std": statistics.pstdev(values), "values": values}
+    return {"seeds": sorted(runs), "runs": {s: str(r) for s, r in runs.items()}, "rows": rows}
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """Train one run per seed, one after another; a killed sweep continues where it stopped."""
+    load_config(args.config, args.set)  # a bad config fails before the first run starts
+    out = Path(args.out or f"runs/sweep-{Path(args.config).stem}")
+    runs: dict[int, Path] = {}
+    for seed in args.seeds:
+        run = out / f"seed_{seed}"
+        runs[seed] = run
+        if (run / "final_eval.json").is_file():
+            print(f"sweep: seed {seed} done ({run})")
+            continue
+        sets = [*args.set, f"seed={seed}", f"run_dir={run}"]
+        resume = (run / "config.yaml").is_file()
+        print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else ""))
+        cmd_train(argparse.Namespace(config=args.config, set=sets, resume=str(run) if resume else None,
+                                     overwrite=False))
+    summary = sweep_summary(runs)
+    write_json(out / "sweep.json", summary)
+    print(f"\n{len(runs)} seeds ({', '.join(map(str, args.seeds))}): mean ± std of the final tables")
+    for policy, metrics in summary["rows"].items():
+        shown = ", ".join(f"{m} {v['mean']:.3f} ± {v['std']:.3f}" for m, v in metrics.items()
+                          if m in ("success", "return", "length"))
+        print(f"  {policy:<10} {shown}")
+    print(f"wrote {out / 'sweep.json'}")
+    return 0
+
+
 def cmd_config(args: argparse.Namespace) -> int:
     if args.action == "list":
         print("\n".join(shipped_configs()))
@@ -330,6 +371,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--suite", default="heldout", choices=("heldout", "generalisation"))
     _add_set(ev)
     ev.add_argument("--json", metavar="FILE", help="also write the table as JSON")
+    sw = _sub(sub, "sweep", "train one run per seed, one after another (resumable), then mean ± std",
+              "  teamtr sweep default --seeds 0 1 2 --set algo.name=trpo --out runs/trpo\n", cmd_sweep)
+    sw.add_argument("config", help="a YAML file or a shipped config")
+    sw.add_argument("--seeds", nargs="+", type=int, required=True)
+    sw.add_argument("--out", help="the sweep's directory (default runs/sweep-CONFIG); one run per seed inside")
+    _add_set(sw)
     cf = _sub(sub, "config", "print a shipped or given config, resolved with --set overrides",
               "  teamtr config show default --set algo.lr=1e-4\n  teamtr config list\n", cmd_config)
     cf.add_argument("action", choices=("show", "list"))

@@ -1,0 +1,40 @@
+"""``teamtr sweep``: one run per seed, resumable, and a mean ± std table over the seeds."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+from teamtr.cli import main
+
+TINY = ["--set", "model.backbone=tiny-random", "--set", "log.tensorboard=false", "--set", "bc.enabled=false",
+        "--set", "train.iterations=1", "--set", "algo.epochs=1", "--set", "rollout.episodes=2",
+        "--set", "rollout.parallel=2", "--set", "train.final_eval_episodes=3",
+        "--set", "train.final_zero_shot_episodes=1", "--set", "model.rl_layers=all", "--set", "env.items=2",
+        "--set", "env.agents=2"]
+
+
+def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
+    out = tmp_path / "sweep"
+    argv = ["sweep", "default", "--seeds", "0", "1", "--out", str(out), *TINY]
+    assert main(argv) == 0
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["seeds"] == [0, 1]
+    finals = [json.loads((out / f"seed_{s}" / "final_eval.json").read_text())["rows"] for s in (0, 1)]
+    oracle = summary["rows"]["oracle"]["success"]
+    assert oracle["values"] == [f["oracle"]["success"] for f in finals] and oracle["mean"] == 1.0
+    trained = summary["rows"]["trained"]["return"]
+    mean = sum(f["trained"]["return"] for f in finals) / 2
+    assert abs(trained["mean"] - mean) < 1e-9
+    assert abs(trained["std"] - abs(finals[0]["trained"]["return"] - mean)) < 1e-9
+    for seed in (0, 1):  # each run trained with its own seed
+        assert f"seed: {seed}" in (out / f"seed_{seed}" / "config.yaml").read_text().splitlines()
+    capsys.readouterr()
+
+    # A finished sweep is not trained again; a seed whose run was killed before its table resumes.
+    (out / "seed_1" / "final_eval.json").unlink()
+    shutil.rmtree(out / "seed_1" / "report", ignore_errors=True)
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "seed 0 done" in printed and "seed 1 -> " in printed and "(resuming)" in printed
+    assert (out / "seed_1" / "final_eval.json").is_file()
