@@ -207,7 +207,9 @@ def test_every_output_is_valid_over_thousands_of_grammars(tiny, toks, end):
         for b, dec in enumerate(decs):
             text = tiny.tokenizer.decode(list(out.tokens[b]))
             assert text.endswith(text_end)
-            grammar = decs[b].grammar
+            # the separately tokenised pieces are what the tokenizer makes of the whole text
+            assert tiny.tokenizer(text, add_special_tokens=False)["input_ids"] == list(out.tokens[b])
+            grammar = dec.grammar
             lines = [[tiny.tokenizer.decode(list(x)) for x in opts] for opts in grammar.lines]
             parsed = DirectiveGrammar(tuple(map(str, range(len(lines)))), tuple(map(tuple, lines))).parse(
                 text[: -len(text_end)])
@@ -279,3 +281,47 @@ def test_errors_name_the_problem(tiny, toks, end):
         decode(tiny.model, prefix, [])
     with pytest.raises(TeamTRError, match="context"):
         decode(tiny.model, [1] * 2100, decs)
+
+
+def test_lora_wrapped_model_decodes_exactly(toks, end):
+    """The coordinator's peft-wrapped backbone (LoRA moved off zero) decodes and scores exactly."""
+    from teamtr.policy.coordinator import Coordinator
+
+    coord = Coordinator(load_backbone("tiny-random", device="cpu"))
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for grp in coord.policy_param_groups():
+            for p in grp["params"]:
+                p.add_(0.3 * torch.randn(p.shape, generator=g))
+    model = coord.backbone.model
+    rng = random.Random(4)
+    prefix, decs = random_batch(rng, toks, end, batch=4)
+    out = decode(model, prefix, decs, generator=g)
+    scored = score_outputs(model, prefix, decs, out.tokens)
+    scored.total.sum().backward()
+    lora = [p for grp in coord.policy_param_groups() for p in grp["params"]]
+    assert any(p.grad is not None and float(p.grad.abs().sum()) > 0 for p in lora)
+    for b, dec in enumerate(decs):
+        lp, _, _ = naive(model, prefix, dec, out.tokens[b])
+        assert abs(float(out.scores.total[b]) - float(lp.sum())) < 1e-4
+        assert abs(float(scored.total.detach()[b]) - float(lp.sum())) < 1e-4
+
+
+@pytest.mark.slow
+def test_real_model_decodes_exactly():
+    smol = load_backbone("smollm2-135m-instruct", device="cpu")
+    toks = TokenCache(smol.tokenizer)
+    chat = ChatFormat.from_tokenizer(smol.tokenizer)
+    end = toks([chat.end])[0][:1]
+    agents = ["agent_A", "agent_B", "agent_C"]
+    cands = [(a, f"{a}: {verb}") for a in agents for verb in ("fetch the map", "fetch the key", "open the door")]
+    grammar, _ = grammar_from_candidates(agents, cands)
+    prefix = toks([chat.head + "Escape room: bring the items to the door, then open it." + chat.user_head])[0]
+    decs = [GrammarDecision(toks([f"map: in vault. tick {t}\nNext directive?" + chat.assistant_head])[0],
+                            tokenize_grammar(grammar, toks, end)) for t in range(3)]
+    out = decode(smol.model, prefix, decs, generator=torch.Generator().manual_seed(0))
+    for b, dec in enumerate(decs):
+        assert grammar.parse(smol.tokenizer.decode(list(out.tokens[b][:-1]))) == out.choices[b]
+        lp, ent, _ = naive(smol.model, prefix, dec, out.tokens[b])
+        assert torch.allclose(out.scores.logp[b, : len(lp)], lp, atol=1e-4, rtol=0)
+        assert torch.allclose(out.scores.entropy[b, : len(ent)], ent, atol=1e-4, rtol=0)

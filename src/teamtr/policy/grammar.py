@@ -15,8 +15,8 @@ a choice into text and text back into a choice, and builds a grammar from a stat
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from teamtr.core import TeamTRError
 
