@@ -188,6 +188,12 @@ def test_score_outputs_equals_decode_with_gradients(tiny, toks, end):
     assert torch.allclose(s.entropy, d.entropy, atol=1e-4, rtol=0)
     assert torch.equal(s.mask, d.mask) and torch.equal(s.branching, d.branching)
     assert torch.allclose(s.value_hidden, d.value_hidden, atol=1e-4, rtol=0)
+    for key in ("branch_logp", "branch_mask", "branch_index", "branch_choice"):
+        assert getattr(s, key).shape == getattr(d, key).shape, key
+    assert torch.equal(s.branch_mask, d.branch_mask) and torch.equal(s.branch_index, d.branch_index)
+    assert torch.equal(s.branch_choice, d.branch_choice)
+    m = s.branch_mask
+    assert torch.allclose(s.branch_logp[m], d.branch_logp[m], atol=1e-4, rtol=0)
     (s.total.sum() + s.entropy.sum()).backward()
     grads = [p.grad for p in tiny.model.model.layers[0].parameters()]
     assert all(g is not None and torch.isfinite(g).all() for g in grads)
@@ -325,3 +331,38 @@ def test_real_model_decodes_exactly():
         lp, ent, _ = naive(smol.model, prefix, dec, out.tokens[b])
         assert torch.allclose(out.scores.logp[b, : len(lp)], lp, atol=1e-4, rtol=0)
         assert torch.allclose(out.scores.entropy[b, : len(ent)], ent, atol=1e-4, rtol=0)
+
+
+def test_branch_distributions_give_exact_per_token_kl(tiny, toks, end):
+    """The stored masked distributions at branching tokens: they sum to 1, hold the taken token's
+    log-prob and entropy, and give the exact KL between two temperatures' policies."""
+    from teamtr.rl.losses import categorical_kl
+
+    rng = random.Random(12)
+    prefix, decs = random_batch(rng, toks, end, batch=4)
+    out = decode(tiny.model, prefix, decs, generator=torch.Generator().manual_seed(2))
+    s = out.scores
+    rows, pos = s.branch_index[:, 0], s.branch_index[:, 1]
+    assert s.branch_index.shape[0] == int(s.branching.sum()) > 0
+    assert torch.allclose(torch.logsumexp(s.branch_logp, -1), torch.zeros(len(rows)), atol=1e-5)
+    assert torch.allclose(s.branch_logp.gather(1, s.branch_choice[:, None]).squeeze(1), s.logp[rows, pos])
+    with torch.no_grad():
+        hot = score_outputs(tiny.model, prefix, decs, out.tokens, temperature=0.5)
+    kl = categorical_kl(s.branch_logp, hot.branch_logp, s.branch_mask)
+    for n, (b, t) in enumerate(s.branch_index.tolist()):
+        valid = s.branch_mask[n]
+        logits = naive_logits(tiny.model, prefix, decs[b], out.tokens[b], t)
+        p, q = torch.log_softmax(logits, -1), torch.log_softmax(logits / 0.5, -1)
+        assert abs(float(kl[n]) - float((p.exp() * (p - q)).sum())) < 1e-5
+        assert int(valid.sum()) == len(p)
+    assert float(kl.max()) > 1e-4
+
+
+def naive_logits(model, prefix, dec, output, t):
+    """Full-sequence logits of the tokens valid at output position ``t`` (found by enumeration)."""
+    every = joint_outputs(dec.grammar)
+    valid = sorted({o[t] for o in every if len(o) > t and o[:t] == tuple(output[:t])})
+    ids = list(prefix) + list(dec.dynamic) + list(output)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    return logits[len(prefix) + len(dec.dynamic) - 1 + t, valid]

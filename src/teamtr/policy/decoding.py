@@ -78,9 +78,14 @@ class GrammarDecision:
 
 @dataclass
 class TokenScores:
-    """Per-token values of B outputs under the masked policy. T = longest output.
+    """Per-token values of B outputs under the masked policy. T = longest output; N = branching
+    tokens of all rows (those where the grammar allowed more than one token), in (row, position)
+    order; K = most valid tokens at one of them.
 
-    ``logp``/``entropy`` are 0 at forced tokens (one valid continuation) and at padding.
+    ``logp``/``entropy`` are 0 at forced tokens (one valid continuation) and at padding. The
+    ``branch_*`` fields hold the whole masked distribution at each branching token, so that the
+    per-token KL between two policies is exact: ``rl.losses.categorical_kl(old.branch_logp,
+    new.branch_logp, old.branch_mask)``.
     """
 
     logp: torch.Tensor  # [B, T] log pi(token | prompt, output so far)
@@ -88,6 +93,10 @@ class TokenScores:
     mask: torch.Tensor  # [B, T] bool: a real output token
     branching: torch.Tensor  # [B, T] bool: the grammar allowed more than one token here
     value_hidden: torch.Tensor  # [B, H] final-norm hidden state at each prompt's last token
+    branch_logp: torch.Tensor  # [N, K] masked log-probs of the valid tokens (-inf at padding)
+    branch_mask: torch.Tensor  # [N, K] bool: a valid token
+    branch_index: torch.Tensor  # [N, 2] long: (row, position) of each branching token
+    branch_choice: torch.Tensor  # [N] long: the index in its row of branch_logp of the token taken
 
     @property
     def total(self) -> torch.Tensor:
@@ -174,21 +183,15 @@ class _Row:
     def __init__(self, auto: Automaton) -> None:
         self.auto, self.state = auto, (0, 0)
         self.tokens: list[int] = []
-        self.logp: list[float] = []
-        self.entropy: list[float] = []
-        self.branching: list[bool] = []
         self.choice: list[int] = []
 
     @property
     def done(self) -> bool:
         return self.auto.done(self.state)
 
-    def emit(self, token: int, logp: float = 0.0, entropy: float = 0.0, branching: bool = False) -> None:
+    def emit(self, token: int) -> None:
         self.state, opt = self.auto.advance(self.state, token)
         self.tokens.append(token)
-        self.logp.append(logp)
-        self.entropy.append(entropy)
-        self.branching.append(branching)
         if opt >= 0:
             self.choice.append(opt)
 
@@ -253,8 +256,8 @@ def _head(model: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
 
 def _masked(hidden: torch.Tensor, valid: Sequence[Sequence[int]], head: tuple[torch.Tensor, torch.Tensor | None],
             temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masked next-token log-probs [N, K] (-inf at padding; K = most valid tokens) and entropies [N]
-    from hidden states [N, H] and each position's valid token ids."""
+    """Masked next-token log-probs [N, K] (-inf at padding) and the valid mask [N, K] from hidden
+    states [N, H] and each position's valid token ids (K: the most of them)."""
     K = max(len(v) for v in valid)
     ids = torch.tensor([list(v) + [0] * (K - len(v)) for v in valid], device=hidden.device)
     ok = torch.tensor([[k < len(v) for k in range(K)] for v in valid], device=hidden.device)
@@ -262,9 +265,7 @@ def _masked(hidden: torch.Tensor, valid: Sequence[Sequence[int]], head: tuple[to
     logits = torch.einsum("nh,nkh->nk", hidden.float(), weight[ids].float())
     if bias is not None:
         logits = logits + bias[ids].float()
-    logp = torch.log_softmax((logits / temperature).masked_fill(~ok, float("-inf")), dim=-1)
-    entropy = -(logp.exp() * logp.masked_fill(~ok, 0.0)).sum(-1)
-    return logp, entropy
+    return torch.log_softmax((logits / temperature).masked_fill(~ok, float("-inf")), dim=-1), ok
 
 
 def _check(model: Any, prefix: Sequence[int], decisions: Sequence[GrammarDecision], temperature: float) -> None:
@@ -283,18 +284,25 @@ def _check(model: Any, prefix: Sequence[int], decisions: Sequence[GrammarDecisio
                               f"({longest} tokens) exceed the model's context of {limit}; shorten them.")
 
 
-def _scores(rows: Sequence[_Row], value_hidden: torch.Tensor) -> TokenScores:
-    B, T = len(rows), max(len(r.tokens) for r in rows)
-    logp, entropy = torch.zeros(B, T), torch.zeros(B, T)
-    mask, branching = torch.zeros(B, T, dtype=torch.bool), torch.zeros(B, T, dtype=torch.bool)
-    for b, r in enumerate(rows):
-        n = len(r.tokens)
-        logp[b, :n] = torch.tensor(r.logp)
-        entropy[b, :n] = torch.tensor(r.entropy)
-        mask[b, :n] = True
-        branching[b, :n] = torch.tensor(r.branching)
+def _token_scores(lengths: Sequence[int], where: Sequence[tuple[int, int]], dist: torch.Tensor, ok: torch.Tensor,
+                  picked: Sequence[int], value_hidden: torch.Tensor) -> TokenScores:
+    """Lay out the branching tokens' distributions ``dist`` [N, K] (valid ``ok``, token taken
+    ``picked``) at their (row, position) ``where`` over B outputs of ``lengths`` tokens."""
     dev = value_hidden.device
-    return TokenScores(logp.to(dev), entropy.to(dev), mask.to(dev), branching.to(dev), value_hidden)
+    B, T = len(lengths), max(lengths)
+    mask = torch.arange(T, device=dev)[None] < torch.tensor(list(lengths), device=dev)[:, None]
+    index = torch.tensor(list(where), dtype=torch.long, device=dev).reshape(-1, 2)
+    choice = torch.tensor(list(picked), dtype=torch.long, device=dev)
+    at = (index[:, 0], index[:, 1])
+    chosen = dist.gather(1, choice[:, None]).squeeze(1)
+    entropy = -(dist.exp() * dist.masked_fill(~ok, 0.0)).sum(-1)
+    return TokenScores(
+        logp=torch.zeros(B, T, device=dev).index_put(at, chosen),
+        entropy=torch.zeros(B, T, device=dev).index_put(at, entropy),
+        mask=mask,
+        branching=torch.zeros(B, T, dtype=torch.bool, device=dev).index_put(at, choice >= 0),
+        value_hidden=value_hidden, branch_logp=dist, branch_mask=ok, branch_index=index, branch_choice=choice,
+    )
 
 
 def _pick(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> list[int]:
@@ -322,23 +330,44 @@ def decode(model: Any, prefix: Sequence[int], decisions: Sequence[GrammarDecisio
     chunks = [list(d.dynamic) + row.run_forced() for d, row in zip(decisions, rows)]
     hidden = batch.feed(chunks)
     value_hidden = hidden[every, torch.tensor([len(d.dynamic) - 1 for d in decisions], device=dev)]
+    steps: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []  # (rows, dist, ok) per step
+    where: list[tuple[int, int]] = []
+    picked: list[int] = []
     while True:
-        last = hidden[every, torch.tensor([max(len(c), 1) - 1 for c in chunks], device=dev)]
         active = [b for b in range(B) if not rows[b].done]
         if not active:
             break
+        last = hidden[torch.tensor(active, device=dev), torch.tensor([len(chunks[b]) - 1 for b in active], device=dev)]
         valid = [rows[b].auto.valid(rows[b].state) for b in active]
-        logp, entropy = _masked(last[torch.tensor(active, device=dev)], valid, head, temperature)
+        dist, ok = _masked(last, valid, head, temperature)
+        steps.append((active, dist, ok))
         chunks = [[] for _ in range(B)]
-        for n, (b, k) in enumerate(zip(active, _pick(logp, greedy, generator))):
-            rows[b].emit(valid[n][k], float(logp[n, k]), float(entropy[n]), branching=True)
+        for n, (b, k) in enumerate(zip(active, _pick(dist, greedy, generator))):
+            where.append((b, len(rows[b].tokens)))
+            picked.append(k)
+            rows[b].emit(valid[n][k])
             run = [valid[n][k]] + rows[b].run_forced()
             chunks[b] = [] if rows[b].done else run
-        if all(not c for c in chunks):
-            break
-        hidden = batch.feed(chunks)
+        if any(chunks):
+            hidden = batch.feed(chunks)
     return DecodeOutput([tuple(r.choice) for r in rows], [tuple(r.tokens) for r in rows],
-                        _scores(rows, value_hidden))
+                        _gathered(rows, steps, where, picked, value_hidden))
+
+
+def _gathered(rows: Sequence[_Row], steps: Sequence[tuple[list[int], torch.Tensor, torch.Tensor]],
+              where: list[tuple[int, int]], picked: list[int], value_hidden: torch.Tensor) -> TokenScores:
+    """``decode``'s per-step distributions, padded to one K and put in (row, position) order."""
+    dev = value_hidden.device
+    if not where:
+        dist, ok = torch.zeros(0, 1, device=dev), torch.zeros(0, 1, dtype=torch.bool, device=dev)
+    else:
+        K = max(d.shape[1] for _, d, _ in steps)
+        dist = torch.cat([nn.functional.pad(d, (0, K - d.shape[1]), value=float("-inf")) for _, d, _ in steps])
+        ok = torch.cat([nn.functional.pad(m, (0, K - m.shape[1]), value=False) for _, _, m in steps])
+        order = sorted(range(len(where)), key=where.__getitem__)
+        dist, ok = dist[order], ok[order]
+        where, picked = [where[i] for i in order], [picked[i] for i in order]
+    return _token_scores([len(r.tokens) for r in rows], where, dist, ok, picked, value_hidden)
 
 
 def _walk(decisions: Sequence[GrammarDecision], outputs: Sequence[Sequence[int]]
@@ -377,20 +406,12 @@ def score_outputs(model: Any, prefix: Sequence[int], decisions: Sequence[Grammar
     batch = _Batch(model, prefix, len(decisions))
     hidden = batch.feed([list(d.dynamic) + list(out[:-1]) for d, out in zip(decisions, outputs)])
     dev = hidden.device
-    every = torch.arange(len(decisions), device=dev)
-    value_hidden = hidden[every, torch.tensor([len(d.dynamic) - 1 for d in decisions], device=dev)]
-    B, T = len(decisions), max(len(o) for o in outputs)
-    logp, entropy = torch.zeros(B, T, device=dev), torch.zeros(B, T, device=dev)
-    mask = torch.zeros(B, T, dtype=torch.bool, device=dev)
-    branching = torch.zeros(B, T, dtype=torch.bool, device=dev)
-    for b, out in enumerate(outputs):
-        mask[b, : len(out)] = True
+    value_hidden = hidden[torch.arange(len(decisions), device=dev),
+                          torch.tensor([len(d.dynamic) - 1 for d in decisions], device=dev)]
     if where:
         rb = torch.tensor([b for b, _ in where], device=dev)
-        rt = torch.tensor([t for _, t in where], device=dev)
-        dyn = torch.tensor([len(decisions[b].dynamic) for b, _ in where], device=dev)
-        lp, ent = _masked(hidden[rb, dyn - 1 + rt], valid, _head(model), temperature)
-        logp = logp.index_put((rb, rt), lp.gather(1, torch.tensor(picked, device=dev)[:, None]).squeeze(1))
-        entropy = entropy.index_put((rb, rt), ent)
-        branching[rb, rt] = True
-    return TokenScores(logp, entropy, mask, branching, value_hidden)
+        at = torch.tensor([len(decisions[b].dynamic) - 1 + t for b, t in where], device=dev)
+        dist, ok = _masked(hidden[rb, at], valid, _head(model), temperature)
+    else:
+        dist, ok = torch.zeros(0, 1, device=dev), torch.zeros(0, 1, dtype=torch.bool, device=dev)
+    return _token_scores([len(o) for o in outputs], where, dist, ok, picked, value_hidden)
