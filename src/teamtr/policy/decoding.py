@@ -42,7 +42,6 @@ from typing import Any
 
 import torch
 from torch import nn
-from transformers import DynamicCache
 
 from teamtr.core import TeamTRError
 from teamtr.policy.grammar import DirectiveGrammar
@@ -215,7 +214,7 @@ class _Batch:
         self.device = model.get_output_embeddings().weight.device
         params = inspect.signature(self.base.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
-        self.cache = DynamicCache(config=self.base.config)
+        self.cache: Any = None  # the model makes its own (a DynamicCache) on the first call
         self.P = len(prefix)
         self.att = torch.ones(batch, self.P, dtype=torch.long, device=self.device)
         self.fed = [0] * batch
@@ -227,6 +226,7 @@ class _Batch:
     def _call(self, ids: torch.Tensor, att: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         out = self.base(input_ids=ids, attention_mask=att, position_ids=pos, use_cache=True,
                         **{self.cache_kw: self.cache})
+        self.cache = getattr(out, self.cache_kw)
         return out.last_hidden_state
 
     def feed(self, chunks: Sequence[Sequence[int]]) -> torch.Tensor:
