@@ -265,6 +265,11 @@ def test_one_model_call_per_branching_point(tiny, toks, end):
         calls.clear()
         lone = decode(tiny.model, prefix, [single])
         assert len(calls) == 2 and float(lone.scores.total[0]) == 0.0 and lone.choices == [(0, 0)]
+        mixed = decode(tiny.model, prefix, [single, *decs[:2]], generator=torch.Generator().manual_seed(1))
+        assert mixed.choices[0] == (0, 0) and not mixed.scores.branching[0].any()
+        for b, dec in enumerate([single, *decs[:2]]):
+            lp, _, _ = naive(tiny.model, prefix, dec, mixed.tokens[b])
+            assert abs(float(mixed.scores.total[b]) - float(lp.sum())) < 1e-4
     finally:
         hook.remove()
 
