@@ -28,8 +28,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import backbone, machine_line, median, table, timed, write_json  # noqa: E402
 
-from teamtr.policy.decoding import GrammarDecision, decode, score_outputs, tokenize_grammar  # noqa: E402
-from teamtr.policy.grammar import grammar_from_candidates  # noqa: E402
+from teamtr.policy.decoding import GrammarDecision, decode, score_outputs  # noqa: E402
+from teamtr.policy.grammar import grammar_from_candidates, tokenize_grammar  # noqa: E402
 from teamtr.policy.prompts import ChatFormat, TokenCache, user_text  # noqa: E402
 
 

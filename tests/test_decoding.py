@@ -15,15 +15,14 @@ import torch
 
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import load_backbone
-from teamtr.policy.decoding import (
-    GrammarDecision,
+from teamtr.policy.decoding import GrammarDecision, decode, score_outputs
+from teamtr.policy.grammar import (
+    DirectiveGrammar,
     TokenGrammar,
     automaton,
-    decode,
-    score_outputs,
+    grammar_from_candidates,
     tokenize_grammar,
 )
-from teamtr.policy.grammar import DirectiveGrammar, grammar_from_candidates
 from teamtr.policy.prompts import ChatFormat, TokenCache
 
 WORDS = ["fetch", "the", "map", "key", "open", "door", "build", "UI", "mock", "data", "run", "tests",

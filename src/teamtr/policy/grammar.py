@@ -8,17 +8,21 @@ for it), the lines joined by newlines:
     agent_B: carry on
     agent_C: fetch the map
 
-``policy.decoding`` decodes such outputs under a token-trie mask; this module holds the grammar, turns
-a choice into text and text back into a choice, and builds a grammar from a state's candidates.
+This module holds the grammar, turns a choice into text and text back into a choice, builds a grammar
+from a state's candidates, and, as token ids (``TokenGrammar``), compiles it into the chained per-agent
+token tries (``Automaton``) under whose mask ``policy.decoding`` decodes.
 """
 
 from __future__ import annotations
 
+import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from teamtr.core import TeamTRError
+
+State = tuple[int, int]  # (agent, trie node); (number of agents, 0) once the output is complete
 
 #: The carry-on line of an agent: keep the directive in force for it. Always its last option.
 CARRY_ON = "{agent}: carry on"
@@ -108,3 +112,85 @@ def grammar_from_candidates(
         sources[i].append(-1)
     grammar = DirectiveGrammar(tuple(agents), tuple(tuple(t) for t in texts))
     return grammar, tuple(tuple(s) for s in sources)
+
+
+@dataclass(frozen=True)
+class TokenGrammar:
+    """A directive grammar as token ids: ``lines[i][j]`` the ids of agent i's option j (tokenised
+    alone), ``separator`` the ids between two lines, ``end`` the ids after the last line."""
+
+    lines: tuple[tuple[tuple[int, ...], ...], ...]
+    separator: tuple[int, ...]
+    end: tuple[int, ...]
+
+    def output(self, choice: Sequence[int]) -> tuple[int, ...]:
+        """The token ids of the whole-team output ``choice`` (one option index per agent)."""
+        out: list[int] = []
+        for i, j in enumerate(choice):
+            out += self.lines[i][j]
+            out += self.end if i == len(self.lines) - 1 else self.separator
+        return tuple(out)
+
+
+def tokenize_grammar(grammar: DirectiveGrammar, tokens: Callable[[Sequence[str]], list[tuple[int, ...]]],
+                     end: Sequence[int], separator: str = "\n") -> TokenGrammar:
+    """Token ids of every line (``tokens``: a ``prompts.TokenCache``, each text tokenised alone);
+    ``end``: the coordinator's end-marker ids (``Coordinator.end_ids``)."""
+    flat = [t for opts in grammar.options for t in opts]
+    ids = iter(tokens(flat + [separator]))
+    lines = tuple(tuple(next(ids) for _ in opts) for opts in grammar.options)
+    return TokenGrammar(lines, next(ids), tuple(end))
+
+
+class Automaton:
+    """The chained per-agent tries of a ``TokenGrammar``: valid next tokens and completed lines."""
+
+    def __init__(self, grammar: TokenGrammar) -> None:
+        if not grammar.lines or not grammar.separator or not grammar.end:
+            raise TeamTRError("A token grammar needs at least one agent, separator ids and end ids.")
+        self.children: list[list[dict[int, int]]] = []
+        self.option: list[list[int]] = []  # per agent and node: the option completed there, else -1
+        last = len(grammar.lines) - 1
+        for i, opts in enumerate(grammar.lines):
+            terminator = grammar.end if i == last else grammar.separator
+            children: list[dict[int, int]] = [{}]
+            option = [-1]
+            for j, line in enumerate(opts):
+                node = 0
+                for tok in line + terminator:
+                    if option[node] >= 0:
+                        raise TeamTRError(f"Agent {i}: option {option[node]}'s tokens start option {j}'s; "
+                                          "the output would not parse uniquely.")
+                    if tok not in children[node]:
+                        children[node][tok] = len(children)
+                        children.append({})
+                        option.append(-1)
+                    node = children[node][tok]
+                if children[node] or option[node] >= 0:
+                    raise TeamTRError(f"Agent {i}: option {j} has the same tokens as another or starts one.")
+                option[node] = j
+            self.children.append(children)
+            self.option.append(option)
+        self.n_agents = len(grammar.lines)
+
+    def valid(self, state: State) -> list[int]:
+        return list(self.children[state[0]][state[1]])
+
+    def done(self, state: State) -> bool:
+        return state[0] == self.n_agents
+
+    def advance(self, state: State, token: int) -> tuple[State, int]:
+        """The state after ``token`` and the option it completed (-1 if none)."""
+        a, n = state
+        if self.done(state) or token not in self.children[a][n]:
+            raise TeamTRError(f"Token {token} is not a valid continuation of the whole-team output here "
+                              f"(agent {a}); the output does not follow its grammar.")
+        child = self.children[a][n][token]
+        opt = self.option[a][child]
+        return ((a + 1, 0) if opt >= 0 else (a, child)), opt
+
+
+@functools.lru_cache(maxsize=4096)
+def automaton(grammar: TokenGrammar) -> Automaton:
+    """The automaton of a grammar, built once: a world's grammars recur across its states."""
+    return Automaton(grammar)
