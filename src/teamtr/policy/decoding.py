@@ -4,7 +4,8 @@ The output of a whole-team decision is one line per agent (``policy.grammar.Dire
 token ids it is, by definition (the rule ``prompts.py`` sets for candidates), the concatenation of
 separately tokenised pieces: line 1, separator, line 2, ..., separator, line n, end marker. Each agent's
 lines, each followed by its terminator (the separator, or the end marker for the last agent), form a
-**token trie**; the tries are chained (a leaf of agent i leads to the root of agent i+1).
+**token trie**; the tries are chained (a leaf of agent i leads to the root of agent i+1): the
+``policy.grammar.Automaton`` of the grammar.
 
 Policy. At every output token the model's logits (divided by ``temperature``) are restricted to the
 trie's valid next tokens and renormalised: pi(token | prompt, output so far) = softmax over the valid
