@@ -15,23 +15,30 @@ import pytest
 import torch
 
 from teamtr.cli import main
+from teamtr.config import load_config
 from teamtr.envs import make
 from teamtr.policy.prompts import user_text
 from teamtr.serve import load_coordinator, split_candidates, split_user_text
 from teamtr.team import Team
+from teamtr.train.trainer import Trainer
 
 openai = pytest.importorskip("openai")
 
-TRAIN = ["model.backbone=tiny-random", "model.rl_layers=all", "bc.demos=16", "bc.epochs=2", "bc.lr=0.01",
-         "rollout.episodes=2", "rollout.parallel=2", "train.iterations=1", "env.max_steps=4", "algo.epochs=1",
+TRAIN = ["model.backbone=tiny-random", "model.rl_layers=all", "bc.demos=8", "bc.epochs=1", "bc.lr=0.01",
+         "rollout.episodes=2", "rollout.parallel=2", "train.iterations=1", "env.max_steps=3", "algo.epochs=1",
          "train.final_eval_episodes=0", "log.tensorboard=false"]
 NAME = "teamtr/coordinator-under-test"
 
 
 @pytest.fixture(scope="module")
 def run_dir(tmp_path_factory):
+    """One small trained run (BC then one PPO iteration), as `teamtr train` writes it, minus the report."""
     run = tmp_path_factory.mktemp("serve") / "run"
-    assert main(["train", *sum((["--set", s] for s in [*TRAIN, f"run_dir={run}"]), [])]) == 0
+    trainer = Trainer(load_config(None, [*TRAIN, f"run_dir={run}"]))
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
     return run
 
 
@@ -107,7 +114,21 @@ def test_the_reply_is_the_greedy_directive_with_the_coordinators_probabilities(c
         assert token.logprob == pytest.approx(float(got[want.choices[b]]), abs=1e-12)
         top = [t.token for t in token.top_logprobs]
         assert top == [texts[i] for i in got.argsort(descending=True, stable=True)[:3].tolist()]
-        assert reply.model == NAME and reply.usage.completion_tokens >= 2
+        prefix, encoded = model.encode([state])[0]
+        assert reply.usage.prompt_tokens == len(prefix) + len(encoded.dynamic)
+        assert reply.usage.completion_tokens == len(encoded.candidates[want.choices[b]])
+        assert reply.model == NAME and reply.choices[0].finish_reason == "stop"
+
+
+def test_a_streamed_reply_carries_the_same_directive_and_usage(client, states):
+    state = states[1]
+    kwargs = dict(model=NAME, messages=_messages(state), extra_body={"candidates": _texts(state)})
+    whole = client.chat.completions.create(**kwargs)
+    chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == whole.choices[0].message.content
+    assert [c.choices[0].finish_reason for c in chunks if c.choices] == [None, "stop"]
+    assert chunks[-1].usage.total_tokens == whole.usage.total_tokens
 
 
 def test_a_numbered_list_in_the_training_user_text_gives_the_same_prompt(client, states):
@@ -153,7 +174,7 @@ def test_sampling_follows_the_temperature_and_the_seed(client, states):
     ({"candidates": "agent_A: go"}, 400, "candidates must be a list of strings"),
     ({"candidates": ["a", ""]}, 400, "candidates[1] must be a non-empty string"),
     ({"model": "gpt-4o"}, 404, "model 'gpt-4o' is not served here; this server serves 'teamtr/coordinator"),
-    ({"stream": True}, 400, "stream is not served"),
+    ({"stream": "yes"}, 400, "stream must be true or false"),
     ({"n": 2}, 400, "n must be 1"),
     ({"temperature": -1}, 400, "temperature must be a number >= 0"),
     ({"top_logprobs": "3"}, 400, "top_logprobs must be an integer >= 0"),

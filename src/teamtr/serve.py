@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import threading
 import time
@@ -185,8 +186,8 @@ def read_sampling(body: dict[str, Any]) -> Sampling:
                                f"got {value!r}.", key)
         return kind(value)
 
-    if body.get("stream"):
-        raise RequestError("stream is not served: the reply is one directive; send stream=false.", "stream")
+    if body.get("stream") not in (None, True, False):
+        raise RequestError(f"stream must be true or false, got {body.get('stream')!r}.", "stream")
     if body.get("n", 1) != 1:
         raise RequestError(f"n must be 1 (one directive per request), got {body.get('n')!r}.", "n")
     if body.get("logprobs") not in (None, True, False):
@@ -200,6 +201,17 @@ def read_sampling(body: dict[str, Any]) -> Sampling:
 
 
 # ----------------------------------------------------------------------------- answering it
+@dataclass(frozen=True)
+class Choice:
+    """What the coordinator chose for one decision."""
+
+    index: int
+    logp: list[float]  # log pi(c|s) per candidate
+    value: float  # the value head's estimate of the return
+    prompt_tokens: int
+    completion_tokens: int  # the chosen directive with its end marker
+
+
 @dataclass
 class CoordinatorService:
     """A loaded coordinator answering requests one at a time (the model is not thread-safe)."""
@@ -214,24 +226,26 @@ class CoordinatorService:
     def model_card(self) -> dict[str, Any]:
         return {"id": self.name, "object": "model", "created": self.created, "owned_by": "teamtr"}
 
-    def choose(self, decision: Decision, sampling: Sampling) -> tuple[int, list[float], float]:
-        """(chosen index, log pi over the candidates, value estimate) for one decision."""
+    def choose(self, decision: Decision, sampling: Sampling) -> Choice:
+        """The greedy choice, or one sampled from softmax(log pi / temperature) with the request's seed
+        (else the server's own generator, seeded by ``--seed``)."""
         import torch
 
         with self._lock:
             out = self.coordinator.act([decision], greedy=True)
+            prefix, encoded = self.coordinator.encode([decision])[0]  # token counts for ``usage``
             logp = out.logp[0, : len(decision.candidates)].double().cpu()
-            if sampling.temperature <= 0:
-                return out.choices[0], logp.tolist(), float(out.values[0])
-            if sampling.seed is not None:
-                generator = torch.Generator().manual_seed(sampling.seed)
-            else:
-                if self._generator is None:
-                    self._generator = torch.Generator().manual_seed(self.seed)
-                generator = self._generator
-            probs = torch.softmax(logp / sampling.temperature, dim=0)
-            index = int(torch.multinomial(probs, 1, generator=generator))
-            return index, logp.tolist(), float(out.values[0])
+            index = out.choices[0]
+            if sampling.temperature > 0:
+                if sampling.seed is not None:
+                    generator = torch.Generator().manual_seed(sampling.seed)
+                else:
+                    self._generator = self._generator or torch.Generator().manual_seed(self.seed)
+                    generator = self._generator
+                probs = torch.softmax(logp / sampling.temperature, dim=0)
+                index = int(torch.multinomial(probs, 1, generator=generator))
+        return Choice(index, logp.tolist(), float(out.values[0]), len(prefix) + len(encoded.dynamic),
+                      len(encoded.candidates[index]))
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
         """The chat-completions reply to a request body (``RequestError`` for a bad request)."""
@@ -240,32 +254,34 @@ class CoordinatorService:
             raise RequestError(f"model {model!r} is not served here; this server serves {self.name!r} "
                                "(GET /v1/models).", "model", 404, "model_not_found")
         decision, sampling = read_decision(body), read_sampling(body)
-        index, logp, value = self.choose(decision, sampling)
-        text = decision.candidates[index]
-        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text},
-                                  "finish_reason": "stop", "logprobs": None}
-        extension: dict[str, Any] = {"index": index}
+        chosen = self.choose(decision, sampling)
+        choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": decision.candidates[
+            chosen.index]}, "finish_reason": "stop", "logprobs": None}
+        extension: dict[str, Any] = {"index": chosen.index}
         if sampling.top_logprobs is not None:
-            choice["logprobs"] = _openai_logprobs(decision.candidates, logp, index, sampling.top_logprobs)
-            extension.update(candidates=[{"index": i, "text": t, "logprob": lp, "prob": _exp(lp)}
-                                         for i, (t, lp) in enumerate(zip(decision.candidates, logp))], value=value)
+            choice["logprobs"] = _openai_logprobs(decision.candidates, chosen.logp, chosen.index,
+                                                  sampling.top_logprobs)
+            extension["candidates"] = [{"index": i, "text": t, "logprob": lp, "prob": math.exp(lp)}
+                                       for i, (t, lp) in enumerate(zip(decision.candidates, chosen.logp))]
+            extension["value"] = chosen.value
+        usage = {"prompt_tokens": chosen.prompt_tokens, "completion_tokens": chosen.completion_tokens,
+                 "total_tokens": chosen.prompt_tokens + chosen.completion_tokens}
         return {"id": f"chatcmpl-{uuid.uuid4().hex}", "object": "chat.completion", "created": int(time.time()),
-                "model": self.name, "choices": [choice], "usage": self.usage(decision, index),
-                "system_fingerprint": None, "teamtr": extension}
-
-    def usage(self, decision: Decision, index: int) -> dict[str, int]:
-        """Tokens of the prompt the coordinator read, and of the chosen directive with its end marker."""
-        with self._lock:
-            prefix, encoded = self.coordinator.encode([decision])[0]
-        prompt = len(prefix) + len(encoded.dynamic)
-        completion = len(encoded.candidates[index])
-        return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
+                "model": self.name, "choices": [choice], "usage": usage, "system_fingerprint": None,
+                "teamtr": extension}
 
 
-def _exp(logprob: float) -> float:
-    import math
-
-    return math.exp(logprob)
+def stream_chunks(reply: dict[str, Any], usage: bool = False) -> list[dict[str, Any]]:
+    """A completed reply as the chunks of a streamed one (``stream: true``): the whole directive in the
+    first delta, then the finish reason, then (``stream_options.include_usage``) the token counts."""
+    choice = reply["choices"][0]
+    head = {k: reply[k] for k in ("id", "created", "model", "system_fingerprint")} | {"object": "chat.completion.chunk"}
+    chunks = [head | {"choices": [{"index": 0, "delta": choice["message"], "logprobs": choice["logprobs"],
+                                   "finish_reason": None}], "teamtr": reply["teamtr"]},
+              head | {"choices": [{"index": 0, "delta": {}, "logprobs": None, "finish_reason": "stop"}]}]
+    if usage:
+        chunks.append(head | {"choices": [], "usage": reply["usage"]})
+    return chunks
 
 
 def _openai_logprobs(candidates: Sequence[str], logp: Sequence[float], index: int, k: int) -> dict[str, Any]:
@@ -307,7 +323,12 @@ class Handler(BaseHTTPRequestHandler):
             if path != "/v1/chat/completions":
                 raise RequestError(f"no route POST {path}; the coordinator answers POST /v1/chat/completions.",
                                    status=404)
-            self._send(200, self.server.service.complete(body))
+            reply = self.server.service.complete(body)
+            if body.get("stream"):
+                options = body.get("stream_options")
+                self._send_events(stream_chunks(reply, isinstance(options, dict) and bool(options.get("include_usage"))))
+            else:
+                self._send(200, reply)
         except RequestError as err:
             self._fail(err)
         except TeamTRError as err:
@@ -336,10 +357,15 @@ class Handler(BaseHTTPRequestHandler):
     def _fail(self, err: RequestError) -> None:
         self._send(err.status, err.body())
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload, allow_nan=False).encode("utf-8")
+    def _send_events(self, chunks: list[dict[str, Any]]) -> None:
+        """Server-sent events, all at once: the reply is complete before the first byte goes out."""
+        events = [f"data: {json.dumps(c, allow_nan=False)}\n\n" for c in chunks] + ["data: [DONE]\n\n"]
+        self._send(200, "".join(events).encode("utf-8"), "text/event-stream")
+
+    def _send(self, status: int, payload: dict[str, Any] | bytes, kind: str = "application/json") -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload, allow_nan=False).encode("utf-8")
         self.send_response(status, HTTPStatus(status).phrase)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(len(data)))
         self.end_headers()
         self.wfile.write(data)
