@@ -9,7 +9,6 @@ import subprocess
 import sys
 import urllib.error
 import urllib.request
-from pathlib import Path
 
 import pytest
 import torch
@@ -122,7 +121,7 @@ def test_the_reply_is_the_greedy_directive_with_the_coordinators_probabilities(c
 
 def test_a_streamed_reply_carries_the_same_directive_and_usage(client, states):
     state = states[1]
-    kwargs = dict(model=NAME, messages=_messages(state), extra_body={"candidates": _texts(state)})
+    kwargs = {"model": NAME, "messages": _messages(state), "extra_body": {"candidates": _texts(state)}}
     whole = client.chat.completions.create(**kwargs)
     chunks = list(client.chat.completions.create(stream=True, stream_options={"include_usage": True}, **kwargs))
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
@@ -151,8 +150,8 @@ def test_a_numbered_list_in_the_training_user_text_gives_the_same_prompt(client,
 
 def test_sampling_follows_the_temperature_and_the_seed(client, states):
     state = states[0]
-    kwargs = dict(model=NAME, messages=_messages(state), logprobs=True,
-                  extra_body={"candidates": _texts(state), "history": list(state.history)})
+    kwargs = {"model": NAME, "messages": _messages(state), "logprobs": True,
+                  "extra_body": {"candidates": _texts(state), "history": list(state.history)}}
     picks = []
     for seed in range(12):
         reply = client.chat.completions.create(temperature=3.0, seed=seed, **kwargs)
@@ -275,3 +274,42 @@ def _post(url, data):
             return r.status, json.loads(r.read())
     except urllib.error.HTTPError as err:
         return err.code, json.loads(err.read())
+
+
+class _Broken:
+    """A coordinator whose scoring fails, as a model bug or an out-of-memory would."""
+
+    def act(self, decisions, greedy=False):
+        raise RuntimeError("CUDA out of memory")
+
+
+def test_a_failing_coordinator_gets_a_500_and_the_server_stays_up():
+    import threading
+
+    from teamtr.serve import CoordinatorService, Server
+
+    server = Server(CoordinatorService(_Broken(), "broken"), "127.0.0.1", 0)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        body = {"model": "broken", "messages": [{"role": "user", "content": "s"}], "candidates": ["a"]}
+        status, reply = _post(server.url + "/chat/completions", json.dumps(body).encode())
+        assert status == 500 and "failed on this request (RuntimeError)" in reply["error"]["message"]
+        assert reply["error"]["type"] == "server_error"
+        with urllib.request.urlopen(server.url.removesuffix("/v1") + "/health") as r:
+            assert r.status == 200
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_serve_on_a_busy_port_is_an_error_naming_the_port(monkeypatch, tmp_path, capsys):
+    import teamtr.serve
+
+    monkeypatch.setattr(teamtr.serve, "load_coordinator", lambda *args: (_Broken(), None, tmp_path))
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert main(["serve", str(tmp_path), "--port", str(port)]) == 2
+    assert f"cannot listen on 127.0.0.1:{port}" in capsys.readouterr().err

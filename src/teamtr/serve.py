@@ -36,11 +36,12 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from teamtr.core import TeamTRError
 
@@ -102,7 +103,7 @@ def split_candidates(text: str) -> tuple[str, list[str] | None]:
     heads = [i for i, line in enumerate(lines) if _HEADER.match(line)]
     if not heads:
         return text, None
-    start = end = heads[-1] + 1
+    end = heads[-1] + 1
     numbers, items = [], []
     while end < len(lines) and (m := _ITEM.match(lines[end])):
         numbers.append(int(m.group(1)))
@@ -299,9 +300,9 @@ class Handler(BaseHTTPRequestHandler):
     """Routes: ``GET /health``, ``GET /v1/models[/ID]``, ``POST /v1/chat/completions``."""
 
     protocol_version = "HTTP/1.1"
-    server: "Server"
+    server: Server
 
-    def do_GET(self) -> None:  # noqa: N802 (the http.server name)
+    def do_GET(self) -> None:
         service = self.server.service
         path = self.path.split("?", 1)[0].rstrip("/")
         if path == "/health":
@@ -316,7 +317,7 @@ class Handler(BaseHTTPRequestHandler):
             self._fail(RequestError(f"no route GET {path}; try POST /v1/chat/completions, GET /v1/models or GET "
                                     "/health.", status=404))
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         path = self.path.split("?", 1)[0].rstrip("/")
         try:
             body = self._body()
@@ -333,7 +334,7 @@ class Handler(BaseHTTPRequestHandler):
             self._fail(err)
         except TeamTRError as err:
             self._fail(RequestError(str(err)))
-        except Exception as err:  # a bug or a model failure: the client gets a 500, the server stays up
+        except Exception as err:  # noqa: BLE001 (a bug or a model failure: a 500, and the server stays up)
             self.log_error("scoring failed: %s: %s", type(err).__name__, err)
             self._fail(RequestError(f"the coordinator failed on this request ({type(err).__name__}); see the "
                                     "server log.", status=500))
