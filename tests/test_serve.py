@@ -175,7 +175,8 @@ def test_sampling_follows_the_temperature_and_the_seed(client, states):
     ({"model": "gpt-4o"}, 404, "model 'gpt-4o' is not served here; this server serves 'teamtr/coordinator"),
     ({"stream": "yes"}, 400, "stream must be true or false"),
     ({"n": 2}, 400, "n must be 1"),
-    ({"temperature": -1}, 400, "temperature must be a number >= 0"),
+    ({"temperature": -1}, 400, "temperature must be a number >= 0.0, and finite"),
+    ({"seed": 2**64}, 400, "seed must be an integer from"),
     ({"top_logprobs": "3"}, 400, "top_logprobs must be an integer >= 0"),
     ({"candidates": None, "messages": [{"role": "user", "content": "s\nCandidates:\n1. a\n3. b"}]}, 400,
      "numbered 1, 2, 3"),
@@ -254,6 +255,8 @@ def _score_as_the_card_says(model, tokenizer, settings, state):
     prompt = tokenizer.apply_chat_template([{"role": "system", "content": state.task},
                                             {"role": "user", "content": user_text(state)}],
                                            tokenize=False, add_generation_prompt=True)
+    f = settings["chat_format"]
+    assert prompt == f["head"] + state.task + f["user_head"] + user_text(state) + f["assistant_head"]
     ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
     end = tokenizer(settings["end_marker"], add_special_tokens=False)["input_ids"][:1]
     scores = []

@@ -9,6 +9,7 @@ turns candidate scores into a policy; ``README.md`` is a short model card.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,8 @@ The coordinator does not generate free text: it chooses among candidate directiv
    log-probabilities of its tokens given the prompt, {normalization_text};
 3. pi(c) = softmax over the candidates of score(c) / {temperature}.
 
-`teamtr.json` holds these settings (`normalization`, `temperature`, `end_marker`).
+`teamtr.json` holds these settings (`normalization`, `temperature`, `end_marker`) and, in `chat_format`,
+the exact prompt pieces: prompt = head + task + user_head + user text + assistant_head.
 """
 
 _NORMALIZATION_TEXT = {"sum": "not normalised", "token": "divided by its number of tokens (end marker included)",
@@ -61,6 +63,7 @@ def write_merged(checkpoint: str, directory: Path, sets: list[str], overwrite: b
     coordinator, config, _ = load_coordinator(checkpoint, None, ["model.dtype=float32", "model.device=cpu", *sets])
     settings = {"backbone": coordinator.backbone.name, "normalization": coordinator.normalization,
                 "temperature": coordinator.temperature, "end_marker": coordinator.chat.end,
+                "chat_format": dataclasses.asdict(coordinator.chat),
                 "world": config.env.name, "env_options": config.env.options(), "checkpoint": checkpoint}
     model = _merged_model(coordinator)
     with atomic_directory(directory) as tmp:

@@ -178,23 +178,25 @@ def read_decision(body: dict[str, Any]) -> Decision:
 
 def read_sampling(body: dict[str, Any]) -> Sampling:
     """Greedy unless ``temperature`` > 0; probabilities in the reply when ``logprobs`` or ``top_logprobs``."""
-    def number(key: str, kind: type, low: float) -> Any:
+    def number(key: str, kind: type, low: float, high: float = math.inf) -> Any:
         value = body.get(key)
         if value is None:
             return None
-        if isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int) or value < low:
-            raise RequestError(f"{key} must be {'a number' if kind is float else 'an integer'} >= {low}, "
+        if (isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int)
+                or not low <= value < high):
+            shown = f"from {low} to {high - 1}" if high < math.inf else f">= {low}, and finite"
+            raise RequestError(f"{key} must be {'a number' if kind is float else 'an integer'} {shown}, "
                                f"got {value!r}.", key)
         return kind(value)
 
     if body.get("stream") not in (None, True, False):
         raise RequestError(f"stream must be true or false, got {body.get('stream')!r}.", "stream")
-    if body.get("n", 1) != 1:
+    if body.get("n") not in (None, 1):
         raise RequestError(f"n must be 1 (one directive per request), got {body.get('n')!r}.", "n")
     if body.get("logprobs") not in (None, True, False):
         raise RequestError(f"logprobs must be true or false, got {body.get('logprobs')!r}.", "logprobs")
     temperature = number("temperature", float, 0.0) or 0.0
-    seed = number("seed", int, -(2**63))
+    seed = number("seed", int, -(2**63), 2**63)
     top = number("top_logprobs", int, 0)
     if body.get("logprobs") and top is None:
         top = 0
