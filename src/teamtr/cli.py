@@ -28,6 +28,7 @@ from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
 from teamtr.eval import policies as eval_policies
 from teamtr.eval.suites import evaluate_table, suites
+from teamtr.serve import add_commands
 from teamtr.team import Team
 from teamtr.telemetry.metrics import METRICS
 
@@ -393,6 +394,7 @@ def build_parser() -> argparse.ArgumentParser:
     play.add_argument("env", nargs="?", default=None)
     play.add_argument("--seed", type=int, default=0)
     _add_set(play)
+    add_commands(sub)  # serve, export
     return parser
 
 
