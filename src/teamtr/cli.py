@@ -10,6 +10,9 @@ examples:
   teamtr eval --checkpoint runs/default --suite generalisation --episodes 200
   teamtr report runs/default ; teamtr doctor runs/default
   teamtr play escape-room --set env.names=heldout
+  teamtr sweep software_team --seeds 0 1 2               one run per seed, then mean ± std
+  teamtr serve runs/default --port 8000                   an OpenAI-compatible endpoint (127.0.0.1)
+  teamtr export runs/default --merged exported/           a transformers model directory, adapter merged
 """
 
 from __future__ import annotations
