@@ -13,6 +13,7 @@ from teamtr.policy.coordinator import ActOutput, CoordinatorLike
 from teamtr.rl import Rollout
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
+from teamtr.telemetry.progress import Progress
 
 #: Seeds of run seed s start at (s * TRAIN_SEED_STRIDE) mod eval_seed_offset and count up, wrapping to 0
 #: before eval_seed_offset: every training seed lies in [0, eval_seed_offset), for any run seed, so no
@@ -79,18 +80,23 @@ class Collector:
         metrics: list[dict[str, float]] = []
         transcripts: list[dict[str, Any]] = []
         remaining = episodes
-        while remaining > 0:
-            n = min(parallel, remaining)
-            remaining -= n
-            done = self._batch(n, rollout)
-            for ep in done:
-                m = ep.tracker.finish()
-                metrics.append(m.as_dict())
-                transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
-                                    "return": m.episode_return, "steps": ep.steps})
+        with Progress("rollout", episodes, unit="episodes", lines=1) as progress:
+            while remaining > 0:
+                n = min(parallel, remaining)
+                remaining -= n
+                for ep in self._batch(n, rollout, progress):
+                    metrics.append(self._finish(ep, transcripts))
         return rollout, metrics, transcripts
 
-    def _batch(self, n: int, rollout: Rollout) -> list[_Episode]:
+    @staticmethod
+    def _finish(ep: _Episode, transcripts: list[dict[str, Any]]) -> dict[str, float]:
+        """The episode's metrics; its transcript goes to ``transcripts``."""
+        m = ep.tracker.finish()
+        transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
+                            "return": m.episode_return, "steps": ep.steps})
+        return m.as_dict()
+
+    def _batch(self, n: int, rollout: Rollout, progress: Progress) -> list[_Episode]:
         start = self.seeds.take(n)
         teams = [self.make_team() for _ in range(n)]
         eps = [_Episode(t, start + i, self.episode_id + i, EpisodeTracker(len(t.world.agents)))
@@ -98,8 +104,10 @@ class Collector:
         self.episode_id += n
         batch = TeamBatch([ep.team for ep in eps])
         batch.reset([ep.seed for ep in eps])
+        done_before = progress.done
         while live := batch.live():
             self._tick(batch, [eps[i] for i in live], rollout)
+            progress.update(done_before + n - len(batch.live()), f"{len(rollout)} decisions")
         return eps
 
     def _tick(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout) -> None:
