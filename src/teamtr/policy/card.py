@@ -59,7 +59,8 @@ def model_card(settings: Mapping[str, Any], base: str, config: Mapping[str, Any]
              "## Adapter", "",
              f"- LoRA rank {lora.get('rank')}, alpha {lora.get('alpha')}, dropout {lora.get('dropout')}, "
              f"on {', '.join(lora.get('target_modules', ()))}",
-             f"- adapted decoder layers: {settings.get('train_layers')} of {(settings.get('model') or {}).get('layers')}",
+             f"- adapted decoder layers: {settings.get('train_layers')} of "
+             f"{(settings.get('model') or {}).get('layers')}",
              f"- candidate score: {settings.get('normalization')} log-prob, temperature {settings.get('temperature')}",
              ""]
     if config:

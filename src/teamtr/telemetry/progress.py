@@ -137,6 +137,7 @@ class Progress:
         global _display, _open_live
         if self._task is not None:
             if _display is not None:
+                _display.refresh()  # draw the phase's last state: the display redraws only ~10 times a second
                 _display.remove_task(self._task)
                 _open_live -= 1
                 if _open_live <= 0:

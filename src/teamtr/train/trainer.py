@@ -30,9 +30,9 @@ from teamtr.telemetry.log import RunLogger
 from teamtr.telemetry.metrics import summarize
 from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
+from teamtr.train.card import write_model_card
 from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
 from teamtr.train.collect import Collector, TrainSeeds
-from teamtr.train.card import write_model_card
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.interrupt import resume_hint, uninterrupted
 from teamtr.train.lock import RunLock
