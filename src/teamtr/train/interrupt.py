@@ -12,7 +12,7 @@ import contextlib
 import signal
 import threading
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 from teamtr.train.checkpoint import latest_checkpoint
 
@@ -23,14 +23,14 @@ def uninterrupted() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield  # only the main thread may set signal handlers; there Ctrl-C never lands anyway
         return
-    caught: list[tuple[int, Any]] = []
-    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append((signum, frame)))
+    caught: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
     try:
         yield
     finally:
         signal.signal(signal.SIGINT, previous)
-    if caught and callable(previous):
-        previous(*caught[0])  # the default handler raises KeyboardInterrupt
+    if caught:
+        signal.raise_signal(signal.SIGINT)  # to the handler that was there: Python's raises KeyboardInterrupt
 
 
 def resume_hint(run_dir: Path) -> str:
