@@ -89,7 +89,9 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
             "train.eval_episodes=2", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=1",
             f"run_dir={tmp_path / 'run'}"]
     assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.err  # progress goes to stderr; stdout keeps the results
+    assert "held-out seeds from" in captured.out and "rollout" not in captured.out
     for phase in ("model load tiny-random ...", "demo collection 16/16 decisions", "held-out demos 64/64 decisions",
                   "behaviour cloning 2/2 steps  loss ", "rollout 4/4 episodes", " minibatch steps",
                   "eval trained (heldout) 2/2 episodes", "eval at iteration 1: success ", "iteration 1/1  success ",
@@ -99,5 +101,6 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
     assert re.search(r"eval (merged|trained) 2/2 episodes", out) and re.search(r"eval zero-?shot 1/1 episodes", out)
     assert out.index("behaviour cloning") < out.index("rollout 4/4") < out.index("iteration 1/1")
     assert main(["eval", "--policy", "random", "first", "--episodes", "3", "--set", "env.max_steps=6"]) == 0
-    out = capsys.readouterr().out
-    assert "eval random 3/3 episodes" in out and "eval first 3/3 episodes" in out
+    captured = capsys.readouterr()
+    assert "eval random 3/3 episodes" in captured.err and "eval first 3/3 episodes" in captured.err
+    assert captured.out.startswith("escape-room (")  # the table alone on stdout

@@ -1,9 +1,10 @@
 """Console progress of long work: one ``Progress`` per phase (model load, demo collection, behaviour
 cloning, iteration, rollout, update, evaluation).
 
-On a terminal every open phase is a row of ONE shared rich display, so nested phases (the rollout
-inside an iteration) show as stacked bars. When the stream is not a terminal (a log file, CI) a phase
-prints plain lines instead: one per step when ``lines`` is None, else at most ``lines`` lines spread
+Progress goes to stderr, as tqdm's does, so stdout carries only results (tables, paths) and
+``teamtr eval ... > table.txt`` stays clean. On a terminal every open phase is a row of ONE shared rich
+display, so nested phases (the rollout inside an iteration) show as stacked bars. When stderr is not a
+terminal (a log file, CI) a phase prints plain lines instead: one per step when ``lines`` is None, else at most ``lines`` lines spread
 over the phase (always its last step), so a log stays readable. Lines never need a terminal to parse:
 ``PHASE DONE/TOTAL UNIT  STATS  eta 1m05s``.
 """
@@ -52,11 +53,11 @@ def _live_display(stream: TextIO) -> Any:
 
 
 def say(text: str, stream: TextIO | None = None) -> None:
-    """Print a line of its own: above the bars while a live display runs, else to ``stream`` (stdout)."""
+    """Print a line of its own: above the bars while a live display runs, else to ``stream`` (stderr)."""
     if _display is not None:
         _display.console.print(text, highlight=False, markup=False)
         return
-    out = stream if stream is not None else sys.stdout
+    out = stream if stream is not None else sys.stderr
     out.write(text + "\n")
     out.flush()
 
@@ -69,7 +70,7 @@ class Progress:
         total: the step count the phase reaches; None for a phase of unknown length.
         unit: what a step is ("episodes", "steps"), shown after the count.
         start: steps already done (a resumed run), excluded from the ETA's rate.
-        stream: where to write (default ``sys.stdout``).
+        stream: where to write (default ``sys.stderr``).
         live: force the bar on or off; default: ``stream.isatty()``.
         lines: plain mode: at most this many lines over the phase; None: a line per step.
         announce: plain mode: also print a line when the phase starts (for long single steps).
@@ -81,7 +82,7 @@ class Progress:
         if total is not None and total < 0:
             raise ValueError(f"total={total!r}: expected >= 0 or None.")
         self.phase, self.total, self.unit, self.start = phase, total, unit, start
-        self.stream = stream if stream is not None else sys.stdout
+        self.stream = stream if stream is not None else sys.stderr
         self.live = _isatty(self.stream) if live is None else live
         self.done = start
         self._every = 1 if lines is None or not total else max(1, math.ceil(total / max(1, lines)))
