@@ -1,8 +1,7 @@
-"""RunLogger, read_metrics, truncate_metrics and Progress on real files in tmp dirs."""
+"""RunLogger, read_metrics and truncate_metrics on real files in tmp dirs (Progress: test_progress.py)."""
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import signal
@@ -14,7 +13,7 @@ import pytest
 
 from teamtr.core import TeamTRError
 
-from teamtr.telemetry.log import Progress, RunLogger, read_metrics, truncate_metrics
+from teamtr.telemetry.log import RunLogger, read_metrics, truncate_metrics
 
 
 def _write_run(run_dir: Path, iterations: int, evals_every: int = 2) -> None:
@@ -162,31 +161,6 @@ def test_wandb_offline_writes_a_run_dir_and_resume_reuses_the_id(
     offline_runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     assert len(offline_runs) == 2 and all(f"-{run_id}" in p.name for p in offline_runs)
     assert all((p / f"run-{run_id}.wandb").stat().st_size > 0 for p in offline_runs)
-
-
-def test_progress_prints_plain_lines_when_not_a_terminal() -> None:
-    stream = io.StringIO()
-    progress = Progress(4, stream=stream)
-    assert progress.live is False
-    line = progress.update(1, {"episode/success": 0.5, "episode/return": 1.25})
-    progress.close()
-    assert line.startswith("iteration 1/4  success 0.50  return 1.250  eta ")
-    assert stream.getvalue() == line + "\n"
-
-
-def test_progress_eta_is_time_per_iteration_times_iterations_left() -> None:
-    progress = Progress(10, start_iteration=2, stream=io.StringIO())
-    progress._t0 -= 8.0  # 8 s spent on iterations 3..6
-    assert progress.eta(2) is None
-    assert progress.eta(6) == pytest.approx(8.0 / 4 * 4, rel=0.01)
-
-
-def test_progress_draws_a_rich_bar_on_a_terminal() -> None:
-    stream = io.StringIO()
-    with Progress(5, stream=stream, live=True) as progress:
-        progress.update(5, {"episode/success": 1.0, "episode/return": 3.0})
-    out = stream.getvalue()
-    assert "5/5" in out and "success 1.00" in out and "\x1b[" in out  # ANSI: drawn, not plain
 
 
 def test_keep_kinds_survive_a_resume_in_jsonl_and_tensorboard(tmp_path: Path) -> None:

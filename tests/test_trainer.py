@@ -313,3 +313,93 @@ def test_algo_ref_bc_uses_the_cloned_adapter_as_reference(tmp_path):
     ref = trainer._ref_logp(team_states, after)
     assert torch.equal(ref[mask], policy[mask]) and not torch.equal(after[mask], policy[mask])
     trainer.close()
+
+
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-c", "import sys; from teamtr.cli import main; sys.exit(main(sys.argv[1:]))", *args]
+
+
+def _sets(*sets: str) -> list[str]:
+    return sum((["--set", s] for s in sets), [])
+
+
+def _comparable(run: Path) -> list[dict]:
+    """The train and eval lines without wall-clock fields."""
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    return [{k: v for k, v in r.items() if k != "time" and not k.startswith("perf/")} for r in rows]
+
+
+def test_sigint_prints_the_resume_command_and_the_resumed_run_matches(tmp_path):
+    """Ctrl-C: exit 130 with the checkpoint and the exact --resume command; resuming ends where an
+    uninterrupted run of the same length ends, line for line and weight for weight."""
+    run, ref = tmp_path / "run", tmp_path / "ref"
+    cfg_file = tmp_path / "c.yaml"
+    cfg_file.write_text("{}\n")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    base = [*TINY, "algo.total_updates=8", "train.eval_every=2", "train.eval_episodes=2"]
+    proc = subprocess.Popen(_cli("train", "--config", str(cfg_file), *_sets(*base, "train.iterations=200",
+                                                                              f"run_dir={run}")),
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    deadline = time.time() + 240
+    while latest_checkpoint(run) is None or latest_checkpoint(run).name < "iter_000002":
+        if proc.poll() is not None or time.time() > deadline:
+            proc.kill()
+            pytest.fail(proc.stderr.read().decode()[-2000:])
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    text = out.decode() + err.decode()
+    assert proc.returncode == 130, text[-2000:]
+    last = latest_checkpoint(run)
+    assert f"teamtr train --resume {run}" in text and str(last) in text and "teamtr: interrupted." in text
+    assert not list((run / "checkpoints").glob(".tmp-*"))
+    n = int(last.name.removeprefix("iter_")) + 2
+    done = subprocess.run(_cli("train", "--resume", str(run), *_sets(f"train.iterations={n}")), env=env,
+                          capture_output=True, timeout=300)
+    assert done.returncode == 0, done.stderr.decode()[-2000:]
+    whole = subprocess.run(_cli("train", "--config", str(cfg_file), *_sets(*base, f"train.iterations={n}",
+                                                                           f"run_dir={ref}")),
+                           env=env, capture_output=True, timeout=300)
+    assert whole.returncode == 0, whole.stderr.decode()[-2000:]
+    assert [r["iteration"] for r in _comparable(run) if r["kind"] == "train"] == list(range(1, n + 1))
+    assert _comparable(run) == _comparable(ref)
+    adapter = Path("coordinator/adapter/adapter_model.safetensors")
+    final = f"checkpoints/iter_{n:06d}"
+    assert (run / final / adapter).read_bytes() == (ref / final / adapter).read_bytes()
+
+
+@pytest.mark.parametrize("setting", ["model.rl_layers=6", "model.train_layers=3"])
+def test_too_many_layers_fail_before_the_model_loads_and_leave_no_run(tmp_path, monkeypatch, setting):
+    import teamtr.policy.coordinator as coordinator_mod
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the layer check")
+
+    monkeypatch.setattr(coordinator_mod, "load_backbone", no_load)
+    key = setting.split("=")[0]
+    with pytest.raises(TeamTRError, match=rf"{key} \d must be 'all' or an integer from 1 to 2"):
+        Trainer(config(tmp_path, "bc.enabled=true", setting))
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_setup_that_fails_takes_back_its_run_directory(tmp_path, monkeypatch, capsys):
+    import teamtr.train.trainer as trainer_mod
+    from teamtr.cli import main
+
+    class BrokenLogger:
+        def __init__(self, *args, **kwargs):
+            raise TeamTRError("W&B refused the login (simulated).")
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("{}\n")
+    argv = ["train", "--config", str(cfg), *_sets(*TINY, "train.iterations=1", f"run_dir={tmp_path / 'run'}")]
+    monkeypatch.setattr(trainer_mod, "RunLogger", BrokenLogger)
+    assert main(argv) == 2 and "simulated" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / ".lock").write_text("")  # an empty directory the CLI accepts: its lock stays
+    assert main(argv) == 2
+    assert [p.name for p in (tmp_path / "run").iterdir()] == [".lock"]
+    monkeypatch.undo()
+    assert main(argv) == 0  # the same command now runs: nothing blocks the retry
+    assert latest_checkpoint(tmp_path / "run").name == "iter_000001"

@@ -202,15 +202,18 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
     off = config.train.eval_seed_offset
     rows: dict[str, dict[str, float]] = {}
+    transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer
     for name, policy in policies.items():
         if counts[name]:
             rows.update(evaluate_table(config.env.name, {"heldout": config.env.options()}, {name: policy},
                                        list(range(off, off + counts[name])), rewards=trainer.rewards,
-                                       history_len=config.team.history_len))
+                                       history_len=config.team.history_len, transcripts=transcripts))
     shown = ", ".join(f"{k} {v}" for k, v in counts.items())
     print(f"\n{config.env.name}: held-out seeds from {off} ({shown} episodes)")
     print(format_table(rows))
-    write_json(Path(config.run_dir) / "final_eval.json", {"episodes": counts, "rows": rows})
+    run_dir = Path(config.run_dir)
+    atomic_write_text(run_dir / "eval_transcripts.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
+    write_json(run_dir / "final_eval.json", {"episodes": counts, "rows": rows})
     return rows
 
 
@@ -223,7 +226,10 @@ def cmd_train(args: argparse.Namespace) -> int:
     try:
         trainer.run()
         if config.train.final_eval_episodes:
+            from teamtr.train.card import write_model_card
+
             final_table(trainer, config)
+            write_model_card(config.run_dir)  # the newest checkpoint's card gains the table
     finally:
         trainer.close()
     from teamtr.telemetry.report import write_report

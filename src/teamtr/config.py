@@ -259,9 +259,11 @@ def _check_groups(config: Config) -> None:
     if config.algo.name in ("grpo", "rloo") and size < 2:
         raise TeamTRError(f"Bad config: algo.name={config.algo.name} compares each episode with the others of "
                           "its world seed: set rollout.group_size to 2 or more (e.g. 4).")
-    if episodes % size:
-        raise TeamTRError(f"Bad config: rollout.episodes={episodes} is not a multiple of rollout.group_size={size}; "
-                          "every world seed runs group_size episodes.")
+    for key in ("episodes", "parallel"):
+        value = getattr(config.rollout, key)
+        if value % size:
+            raise TeamTRError(f"Bad config: rollout.{key}={value} is not a multiple of rollout.group_size={size}; "
+                              "every world seed runs group_size episodes, side by side.")
 
 
 def validate(tree: dict[str, Any]) -> Config:

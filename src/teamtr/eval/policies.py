@@ -71,10 +71,14 @@ class CoordinatorPolicy:
         self.generator = torch.Generator().manual_seed(seed)
 
     def choose(self, states: list[TeamState]) -> list[int]:
+        """One candidate per state; ``last_probs`` keeps the candidates' probabilities (for transcripts)."""
         out: list[int] = []
+        self.last_probs: list[list[float]] = []
         for s in range(0, len(states), self.batch):
-            out += self.coordinator.act(states[s : s + self.batch], greedy=self.greedy,
-                                        generator=self.generator).choices
+            chunk = states[s : s + self.batch]
+            acted = self.coordinator.act(chunk, greedy=self.greedy, generator=self.generator)
+            out += acted.choices
+            self.last_probs += [acted.logp[k, : len(st.candidates)].exp().tolist() for k, st in enumerate(chunk)]
         return out
 
 

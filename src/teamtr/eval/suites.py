@@ -43,8 +43,10 @@ def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") ->
 
 def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]],
                    policies: Mapping[str, Policy], seeds: list[int],
-                   rewards: RewardComposer | None = None, history_len: int = 3) -> dict[str, dict[str, float]]:
-    """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds``."""
+                   rewards: RewardComposer | None = None, history_len: int = 3,
+                   transcripts: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+    """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds`` (each episode's
+    transcript appended to ``transcripts`` when given, labelled with its row)."""
     rows: dict[str, dict[str, float]] = {}
     for name, policy in policies.items():
         # A policy may hold a session open over all its episodes (e.g. an adapter merged once).
@@ -52,5 +54,6 @@ def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]]
             for suite, opts in suite_options.items():
                 label = name if len(suite_options) == 1 else f"{name} @ {suite}"
                 rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
-                                                     history_len=history_len))
+                                                     history_len=history_len, label=label,
+                                                     transcripts=transcripts))
     return rows

@@ -186,20 +186,63 @@ def _tiny_random(dtype: torch.dtype, layers: int = 2, seed: int = 0) -> tuple[An
     return model.to(dtype), tokenizer
 
 
+#: Decoder layers of SmolLM2-135M: known here, since its converted config.json only exists after the
+#: first load, and layer settings are checked before any load.
+SMOLLM2_LAYERS = 30
+
+
+def _tiny_layers(name: str) -> int | None:
+    """Layers of a ``tiny-random`` / ``tiny-random-N`` name; None for any other name."""
+    if name == "tiny-random":
+        return 2
+    if name.startswith("tiny-random-") and name.rsplit("-", 1)[1].isdigit() and int(name.rsplit("-", 1)[1]) >= 1:
+        return int(name.rsplit("-", 1)[1])
+    return None
+
+
+def backbone_layers(name: str) -> int:
+    """The decoder-layer count of backbone ``name``, read without loading weights: known for the
+    built-in names, from the model's config (``transformers.AutoConfig``) for a hub id or directory."""
+    if name == "smollm2-135m-instruct":
+        return SMOLLM2_LAYERS
+    tiny = _tiny_layers(name)
+    if tiny is not None:
+        return tiny
+    from transformers import AutoConfig
+
+    _check_local(name)
+    try:
+        config = AutoConfig.from_pretrained(name)
+    except (OSError, ValueError) as err:
+        raise _not_loadable(name, err) from err
+    layers = getattr(config, "num_hidden_layers", None) or getattr(config, "n_layer", None)
+    if not isinstance(layers, int):
+        raise TeamTRError(f"model.backbone {name!r}: its config gives no layer count (num_hidden_layers); "
+                          "TeamTR needs a decoder-only causal LM.")
+    return layers
+
+
+def base_model_path(name: str) -> str:
+    """Where ``AutoModelForCausalLM.from_pretrained`` finds backbone ``name``'s weights: for the built-in
+    SmolLM2, the safetensors copy the first load converts from the GGUF (``cache_dir()/smollm2-135m-instruct``);
+    a local directory as an absolute path; a hub id as itself (``tiny-random`` has no saved weights)."""
+    if name == "smollm2-135m-instruct":
+        return str(cache_dir() / "smollm2-135m-instruct")
+    local = Path(name).expanduser()
+    if _tiny_layers(name) is None and local.is_dir():
+        return str(local.resolve())
+    return name
+
+
 def load_backbone(name: str = DEFAULT_BACKBONE, device: str = "auto", dtype: str = "auto") -> Backbone:
     """Load model + tokenizer. ``name``: a built-in name, a hub id or a local directory."""
+    from teamtr.telemetry.progress import Progress
+
     dev, torch_dtype = resolve_device(device, dtype)
     _quiet_transformers()
     start = time.perf_counter()
-    if name == "smollm2-135m-instruct":
-        model, tokenizer, source = _load_smollm2(torch_dtype)
-    elif name == "tiny-random" or name.startswith("tiny-random-"):
-        layers = int(name.rsplit("-", 1)[1]) if name != "tiny-random" and name[-1].isdigit() else 2
-        model, tokenizer = _tiny_random(torch_dtype, layers=layers)
-        source = "random"
-    else:
-        model, tokenizer = _load_pretrained(name, torch_dtype)
-        source = "hub-or-path"
+    with Progress(f"model load {name}", None, announce=True):
+        model, tokenizer, source = _load(name, torch_dtype)
     model.to(dev)
     model.eval()
     if tokenizer.pad_token_id is None:
@@ -207,19 +250,37 @@ def load_backbone(name: str = DEFAULT_BACKBONE, device: str = "auto", dtype: str
     return Backbone(model, tokenizer, name, dev, torch_dtype, time.perf_counter() - start, source)
 
 
+def _load(name: str, dtype: torch.dtype) -> tuple[Any, Any, str]:
+    """(model, tokenizer, source) of backbone ``name``."""
+    if name == "smollm2-135m-instruct":
+        return _load_smollm2(dtype)
+    tiny = _tiny_layers(name)
+    if tiny is not None:
+        return (*_tiny_random(dtype, layers=tiny), "random")
+    return (*_load_pretrained(name, dtype), "hub-or-path")
+
+
+def _check_local(name: str) -> None:
+    if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
+        raise TeamTRError(f"model.backbone {name!r}: no such directory.")
+
+
+def _not_loadable(name: str, err: Exception) -> TeamTRError:
+    offline = os.environ.get("HF_HUB_OFFLINE") == "1"
+    hint = " (HF_HUB_OFFLINE=1: download it once with `hf download NAME` while online)" if offline else ""
+    return TeamTRError(
+        f"model.backbone {name!r} is neither a built-in name ({', '.join(BUILTIN_BACKBONES)}), "
+        f"a local model directory, nor a loadable Hugging Face model{hint}: {str(err).splitlines()[0]}"
+    )
+
+
 def _load_pretrained(name: str, dtype: torch.dtype) -> tuple[Any, Any]:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if name.startswith((".", "/", "~")) and not Path(name).expanduser().is_dir():
-        raise TeamTRError(f"model.backbone {name!r}: no such directory.")
+    _check_local(name)
     try:
         tokenizer = AutoTokenizer.from_pretrained(name)
         model = AutoModelForCausalLM.from_pretrained(name, dtype=dtype)
     except (OSError, ValueError) as err:
-        offline = os.environ.get("HF_HUB_OFFLINE") == "1"
-        hint = " (HF_HUB_OFFLINE=1: download it once with `hf download NAME` while online)" if offline else ""
-        raise TeamTRError(
-            f"model.backbone {name!r} is neither a built-in name ({', '.join(BUILTIN_BACKBONES)}), "
-            f"a local model directory, nor a loadable Hugging Face model{hint}: {str(err).splitlines()[0]}"
-        ) from err
+        raise _not_loadable(name, err) from err
     return model, tokenizer

@@ -24,7 +24,7 @@ from torch import nn
 
 from teamtr.atomic import read_json, read_safetensors
 from teamtr.core import TeamTRError
-from teamtr.policy.backbone import Backbone, load_backbone
+from teamtr.policy.backbone import Backbone, backbone_layers, base_model_path, load_backbone
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
@@ -95,15 +95,7 @@ class Coordinator(nn.Module):
         self.tokenizer = backbone.tokenizer
         hf = backbone.model
         n_layers = len(hf.model.layers) if hasattr(hf, "model") and hasattr(hf.model, "layers") else 0
-        if train_layers == "all":
-            top = n_layers
-        elif isinstance(train_layers, int) and not isinstance(train_layers, bool) and 1 <= train_layers <= n_layers:
-            top = train_layers
-        else:
-            raise TeamTRError(
-                f"model.train_layers {train_layers!r} must be 'all' or an integer from 1 to {n_layers} "
-                f"(the number of decoder layers of {backbone.name})."
-            )
+        top = adapter_layers(n_layers, backbone.name, train_layers)
         self.lora = lora or LoraSettings()
         self.train_layers = train_layers
         self.first_trained = n_layers - top
@@ -280,14 +272,7 @@ class Coordinator(nn.Module):
         hidden states entering them from now on: e.g. behaviour cloning on every layer, then RL
         updates of the top layers only, which re-run just those layers (``benchmarks/update.py``)."""
         n = self.n_layers
-        if layers == "all":
-            layers = n - self.first_trained
-        if isinstance(layers, bool) or not isinstance(layers, int) or not 1 <= layers <= n - self.first_trained:
-            raise TeamTRError(
-                f"model.rl_layers {layers!r} must be 'all' or an integer from 1 to {n - self.first_trained} "
-                "(the layers that carry adapters)."
-            )
-        first = n - layers
+        first = n - rl_layer_count(layers, n - self.first_trained)
         for name, p in self.peft.named_parameters():
             m = re.search(r"\.layers\.(\d+)\.", name)
             if "lora_" in name and m:
@@ -434,6 +419,19 @@ class Coordinator(nn.Module):
         save_file({k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
                   str(d / "value_head.safetensors"))
         (d / "coordinator.json").write_text(json.dumps(self.settings(), indent=2))
+        self._standard_adapter(d / "adapter")
+
+    def _standard_adapter(self, adapter: Path) -> None:
+        """Make ``adapter`` loadable by ``AutoPeftModelForCausalLM``: the real base model in its
+        ``adapter_config.json`` (peft writes the in-memory model's name, empty or the GGUF folder),
+        and a model card instead of peft's empty template."""
+        from teamtr.policy.card import model_card
+
+        base = base_model_path(self.backbone.name)
+        config = read_json(adapter / "adapter_config.json", "adapter config")
+        config["base_model_name_or_path"] = base
+        (adapter / "adapter_config.json").write_text(json.dumps(config, indent=2, sort_keys=True))
+        (adapter / "README.md").write_text(model_card(self.settings(), base))
 
     def load(self, directory: str | Path) -> None:
         """Load an adapter and value head written by ``save``, after checking they were written for
@@ -464,6 +462,37 @@ def _require_finite(state: dict[str, torch.Tensor], path: Path) -> None:
     if bad:
         raise TeamTRError(f"{path}: {len(bad)} weight tensor(s) hold NaN or inf (e.g. {bad[0]}); "
                           "the run diverged before this checkpoint: use an earlier one.")
+
+
+def _whole(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def adapter_layers(n_layers: int, backbone: str, train_layers: int | str) -> int:
+    """How many top decoder layers carry LoRA for ``model.train_layers`` on a backbone of ``n_layers``."""
+    if train_layers == "all":
+        return n_layers
+    if _whole(train_layers) and 1 <= int(train_layers) <= n_layers:
+        return int(train_layers)
+    raise TeamTRError(f"model.train_layers {train_layers!r} must be 'all' or an integer from 1 to {n_layers} "
+                      f"(the number of decoder layers of {backbone}).")
+
+
+def rl_layer_count(rl_layers: int | str, carried: int) -> int:
+    """How many top layers RL updates for ``model.rl_layers``, of the ``carried`` layers with adapters."""
+    if rl_layers == "all":
+        return carried
+    if _whole(rl_layers) and 1 <= int(rl_layers) <= carried:
+        return int(rl_layers)
+    raise TeamTRError(f"model.rl_layers {rl_layers!r} must be 'all' or an integer from 1 to {carried} "
+                      "(the layers that carry adapters: model.train_layers).")
+
+
+def check_layers(model: Any) -> None:
+    """Check ``model.train_layers`` and ``model.rl_layers`` against the backbone's layer count, read
+    from its config without loading weights (``backbone_layers``): run before any model load."""
+    top = adapter_layers(backbone_layers(model.backbone), model.backbone, model.train_layers)
+    rl_layer_count(model.rl_layers, top)
 
 
 def build_coordinator(config: Any) -> Coordinator:

@@ -12,7 +12,7 @@ the interrupted iterations, which the resumed run does again), so the file has n
 nor missing lines. The trainer must therefore log everything of iteration ``k`` (its train line and
 any eval) *before* it writes the checkpoint of ``k``.
 
-``Progress`` is the console view of a run: a rich progress bar on a terminal, plain lines otherwise.
+The console view of a run (bars or plain lines) is ``telemetry/progress.py``.
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ import json
 import math
 import os
 import secrets
-import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -304,98 +303,6 @@ class RunLogger:
             self._wandb = None
 
     def __enter__(self) -> RunLogger:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def _fmt_eta(seconds: float) -> str:
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
-
-
-class Progress:
-    """Console progress of a run: iteration, success rate, return and ETA.
-
-    On a terminal it is a rich progress bar; when ``stream`` is not a terminal (a log file, CI) it
-    prints one plain line per iteration instead, so logs stay readable.
-
-    Args:
-        total_iterations: the iteration count the run will reach.
-        start_iteration: iterations already done (a resumed run), excluded from the ETA's rate.
-        stream: where to write (default ``sys.stdout``).
-        live: force the bar on or off; default: ``stream.isatty()``.
-    """
-
-    def __init__(
-        self,
-        total_iterations: int,
-        start_iteration: int = 0,
-        stream: TextIO | None = None,
-        live: bool | None = None,
-    ) -> None:
-        if total_iterations < 1:
-            raise ValueError(f"total_iterations={total_iterations!r}: expected >= 1.")
-        self.total = total_iterations
-        self.start = start_iteration
-        self.stream = stream if stream is not None else sys.stdout
-        self.live = self.stream.isatty() if live is None else live
-        self._t0 = time.monotonic()
-        self._bar: Any = None
-        self._task: Any = None
-        if self.live:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
-            from rich.progress import Progress as RichProgress
-
-            console = Console(file=self.stream, force_terminal=True)
-            self._bar = RichProgress(
-                TextColumn("iteration"),
-                MofNCompleteColumn(),
-                BarColumn(),
-                TextColumn("{task.fields[stats]}"),
-                TextColumn("ETA"),
-                TimeRemainingColumn(),
-                console=console,
-            )
-            self._task = self._bar.add_task("train", total=total_iterations, completed=start_iteration, stats="")
-            self._bar.start()
-
-    def eta(self, iteration: int) -> float | None:
-        """Seconds left, from the mean time per iteration done in this session; None before any."""
-        done = iteration - self.start
-        if done <= 0:
-            return None
-        return (time.monotonic() - self._t0) / done * max(self.total - iteration, 0)
-
-    def update(self, iteration: int, metrics: Mapping[str, Any]) -> str:
-        """Show that ``iteration`` iterations are done; return the plain-text status line."""
-        success = metrics.get("episode/success")
-        ret = metrics.get("episode/return")
-        parts = [f"iteration {iteration}/{self.total}"]
-        if isinstance(success, (int, float)):
-            parts.append(f"success {float(success):.2f}")
-        if isinstance(ret, (int, float)):
-            parts.append(f"return {float(ret):.3f}")
-        eta = self.eta(iteration)
-        stats = "  ".join(parts[1:])
-        line = "  ".join(parts + [f"eta {_fmt_eta(eta) if eta is not None else '?'}"])
-        if self._bar is not None:
-            self._bar.update(self._task, completed=iteration, stats=stats)
-        else:
-            self.stream.write(line + "\n")
-            self.stream.flush()
-        return line
-
-    def close(self) -> None:
-        if self._bar is not None:
-            self._bar.stop()
-            self._bar = None
-
-    def __enter__(self) -> Progress:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -22,6 +22,7 @@ from teamtr.core import TeamTRError
 from teamtr.policy.coordinator import CoordinatorLike
 from teamtr.rl.losses import masked_log_softmax
 from teamtr.team import Team, TeamBatch
+from teamtr.telemetry.progress import Progress
 
 
 @dataclass(frozen=True)
@@ -37,8 +38,15 @@ class Demo:
 
 
 def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float = 0.0,
-                 parallel: int = 16) -> list[Demo]:
-    """Collect ``n`` oracle-labelled decisions from episodes seeded ``seed, seed+1, ...``."""
+                 parallel: int = 16, what: str = "demo collection") -> list[Demo]:
+    """Collect ``n`` oracle-labelled decisions from episodes seeded ``seed, seed+1, ...`` (``what``:
+    the progress phase's name)."""
+    with Progress(what, n, unit="decisions") as progress:
+        return _expert_demos(make_team, n, seed, explore, parallel, progress)
+
+
+def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float, parallel: int,
+                  progress: Progress) -> list[Demo]:
     rng = random.Random(seed)
     demos: list[Demo] = []
     next_seed = seed
@@ -55,6 +63,7 @@ def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: floa
                 off = explore > 0 and rng.random() < explore
                 choices.append(rng.randrange(len(s.candidates)) if off else s.expert)
             batch.step(choices)
+            progress.update(min(len(demos), n))
     return demos[:n]
 
 
@@ -99,26 +108,28 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
     steps_per_epoch = max(1, len(demos) // batch_size)
     total = epochs * steps_per_epoch
     metrics: dict[str, float] = {}
-    for step in range(total):
-        idx = torch.multinomial(weights, batch_size, replacement=len(demos) < batch_size, generator=g)
-        batch = [demos[int(i)] for i in idx]
-        handles = coordinator.remember(batch)
-        scores, _ = coordinator.evaluate(handles)
-        mask = coordinator.stored_mask(handles).to(scores.device)
-        logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
-        labels = torch.tensor([d.label for d in batch], device=scores.device)
-        loss = -logp.gather(1, labels[:, None]).mean()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        opt.step()
-        coordinator.after_update()
-        acc = float((logp.argmax(-1) == labels).float().mean())
-        metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/step": step + 1}
-        if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
-            metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout)
-        if log is not None:
-            log(step + 1, metrics)
+    with Progress("behaviour cloning", total, unit="steps") as progress:
+        for step in range(total):
+            idx = torch.multinomial(weights, batch_size, replacement=len(demos) < batch_size, generator=g)
+            batch = [demos[int(i)] for i in idx]
+            handles = coordinator.remember(batch)
+            scores, _ = coordinator.evaluate(handles)
+            mask = coordinator.stored_mask(handles).to(scores.device)
+            logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
+            labels = torch.tensor([d.label for d in batch], device=scores.device)
+            loss = -logp.gather(1, labels[:, None]).mean()
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            coordinator.after_update()
+            acc = float((logp.argmax(-1) == labels).float().mean())
+            metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/step": step + 1}
+            if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
+                metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout)
+            if log is not None:
+                log(step + 1, metrics)
+            progress.update(step + 1, f"loss {loss.item():.3f}  accuracy {acc:.2f}")
     return metrics
 
 

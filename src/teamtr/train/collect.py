@@ -9,10 +9,12 @@ from typing import Any, Callable, Sequence
 import torch
 
 from teamtr.core import TeamTRError
-from teamtr.policy.coordinator import ActOutput, CoordinatorLike
+from teamtr.eval.evaluate import step_record
+from teamtr.policy.coordinator import CoordinatorLike
 from teamtr.rl import Rollout
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
+from teamtr.telemetry.progress import Progress
 
 #: Seeds of run seed s start at (s * TRAIN_SEED_STRIDE) mod eval_seed_offset and count up, wrapping to 0
 #: before eval_seed_offset: every training seed lies in [0, eval_seed_offset), for any run seed, so no
@@ -65,12 +67,16 @@ class _Episode:
 
 class Collector:
     """Collects training episodes with ``coordinator`` (sampling with ``generator``) in worlds from
-    ``make_team``; ``reference(states, logp)`` gives the KL reference's log-probs [B, Cmax]."""
+    ``make_team``; ``reference(states, logp)`` gives the KL reference's log-probs [B, Cmax].
+    ``group_size`` episodes share each world seed (one group, for critic-free baselines: GRPO, RLOO);
+    a batch of ``parallel`` teams holds whole groups."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
-                 generator: torch.Generator, reference: Reference, episode_id: int = 0) -> None:
+                 generator: torch.Generator, reference: Reference, episode_id: int = 0,
+                 group_size: int = 1) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
+        self.group_size = group_size
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -79,27 +85,37 @@ class Collector:
         metrics: list[dict[str, float]] = []
         transcripts: list[dict[str, Any]] = []
         remaining = episodes
-        while remaining > 0:
-            n = min(parallel, remaining)
-            remaining -= n
-            done = self._batch(n, rollout)
-            for ep in done:
-                m = ep.tracker.finish()
-                metrics.append(m.as_dict())
-                transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
-                                    "return": m.episode_return, "steps": ep.steps})
+        with Progress("rollout", episodes, unit="episodes", lines=1) as progress:
+            while remaining > 0:
+                n = min(parallel, remaining)
+                remaining -= n
+                for ep in self._batch(n, rollout, progress):
+                    metrics.append(self._finish(ep, transcripts))
         return rollout, metrics, transcripts
 
-    def _batch(self, n: int, rollout: Rollout) -> list[_Episode]:
-        start = self.seeds.take(n)
+    @staticmethod
+    def _finish(ep: _Episode, transcripts: list[dict[str, Any]]) -> dict[str, float]:
+        """The episode's metrics; its transcript goes to ``transcripts``."""
+        m = ep.tracker.finish()
+        transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
+                            "return": m.episode_return, "steps": ep.steps})
+        return m.as_dict()
+
+    def _batch(self, n: int, rollout: Rollout, progress: Progress) -> list[_Episode]:
+        if n % self.group_size:
+            raise TeamTRError(f"a batch of {n} episodes does not hold whole groups of {self.group_size}: "
+                              "make rollout.parallel and rollout.episodes multiples of rollout.group_size.")
+        start = self.seeds.take(n // self.group_size)
         teams = [self.make_team() for _ in range(n)]
-        eps = [_Episode(t, start + i, self.episode_id + i, EpisodeTracker(len(t.world.agents)))
+        eps = [_Episode(t, start + i // self.group_size, self.episode_id + i, EpisodeTracker(len(t.world.agents)))
                for i, t in enumerate(teams)]
         self.episode_id += n
         batch = TeamBatch([ep.team for ep in eps])
         batch.reset([ep.seed for ep in eps])
+        done_before = progress.done
         while live := batch.live():
             self._tick(batch, [eps[i] for i in live], rollout)
+            progress.update(done_before + n - len(batch.live()), f"{len(rollout)} decisions")
         return eps
 
     def _tick(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout) -> None:
@@ -114,10 +130,11 @@ class Collector:
                 logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=out.choices[k],
                 values=out.values[k], rewards=reward, terminated=info["terminated"],
                 truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
-                bootstrap_values=boot[k],
+                bootstrap_values=boot[k], group_id=ep.seed,
             )
             ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
-            ep.steps.append(_step_record(states[k], out, k, reward, info))
+            probs = out.logp[k, : len(states[k].candidates)].exp().tolist()
+            ep.steps.append(step_record(states[k], out.choices[k], reward, info, probs))
 
     def _bootstrap(self, results: list[tuple[TeamState, float, bool, dict[str, Any]]]) -> torch.Tensor:
         """V(s_T) where a time limit that is not part of the task cut the episode, else 0: [B]."""
@@ -126,9 +143,3 @@ class Collector:
         if cut:
             boot[cut] = self.coordinator.act([results[k][0] for k in cut]).values.float().cpu()
         return boot
-
-
-def _step_record(state: TeamState, out: ActOutput, k: int, reward: float, info: dict[str, Any]) -> dict[str, Any]:
-    return {"tick": state.tick, "state": state.state, "history": list(state.history),
-            "candidates": [d.text for d in state.candidates], "choice": out.choices[k],
-            "directive": info["directive"].text, "reward": reward, "events": [e.kind for e in info["events"]]}

@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
+import math
+import sys
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,17 +23,20 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
-from teamtr.policy.coordinator import CoordinatorLike, build_coordinator
+from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
-from teamtr.rl import AlgoConfig, Algorithm, Rollout, make_algorithm
+from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
-from teamtr.telemetry.log import Progress, RunLogger
+from teamtr.telemetry.log import RunLogger
 from teamtr.telemetry.metrics import summarize
+from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
+from teamtr.train.card import write_model_card
 from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
 from teamtr.train.collect import Collector, TrainSeeds
 from teamtr.train.curriculum import Curriculum
+from teamtr.train.interrupt import resume_hint, uninterrupted
 from teamtr.train.lock import RunLock
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
 
@@ -59,9 +64,14 @@ class Trainer:
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
-                                   torch.Generator().manual_seed(config.seed), self._ref_logp)
+                                   torch.Generator().manual_seed(config.seed), self._ref_logp,
+                                   group_size=config.rollout.group_size)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
+        # The run directory is made only now, once the model loaded and every check passed; a setup
+        # that still fails takes back what it made, so the same command can be run again.
+        existed = self.run_dir.exists()
+        before = {p.name for p in self.run_dir.iterdir()} if existed else set()
         self.lock = RunLock(self.run_dir)
         try:
             resume_at = self._restore() if resume else None
@@ -70,12 +80,16 @@ class Trainer:
             self._open_logs(resume, resume_at)
         except BaseException:
             self.lock.release()
+            if not resume:
+                _take_back(self.run_dir, existed, before)
             raise
 
     # ------------------------------------------------------------------ setup steps
     def _check_options(self) -> None:
         """Fail now, before the model loads or the run directory is touched: bad world or
-        curriculum-stage options (with the world's own message), or log.wandb without wandb."""
+        curriculum-stage options (with the world's own message), log.wandb without wandb, or
+        model.train_layers / model.rl_layers beyond the backbone's layers."""
+        check_layers(self.config.model)
         if self.config.log.wandb and importlib.util.find_spec("wandb") is None:
             raise TeamTRError("log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]' "
                               "(or --set log.wandb=false).")
@@ -114,7 +128,8 @@ class Trainer:
     def _open_logs(self, resume: bool, resume_at: int | None) -> None:
         """Write the config; open the metrics log, cut back to ``resume_at`` (a run killed before its
         first checkpoint starts over: its lines are dropped)."""
-        atomic_write_text(self.run_dir / "config.yaml", dump_config(self.config))
+        with uninterrupted():
+            atomic_write_text(self.run_dir / "config.yaml", dump_config(self.config))
         if resume and resume_at is None:
             for f in ("metrics.jsonl", "transcripts.jsonl"):
                 (self.run_dir / f).unlink(missing_ok=True)
@@ -156,15 +171,16 @@ class Trainer:
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.seeds.take(cfg.demos + parallel),
                                          explore=cfg.explore, parallel=parallel)
         heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
-                                      seed=self.config.train.eval_seed_offset + 500_000)
+                                      seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos")
         start = time.perf_counter()
         bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
             seed=self.config.seed, heldout=heldout,
-            log=lambda step, m: self.logger.log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
+            log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
         )
         self.bc_done = True
-        self.coordinator.save(self.run_dir / "bc")
+        with uninterrupted():
+            self.coordinator.save(self.run_dir / "bc")
         if self.config.algo.ref == "bc":
             self.bc_state = self.coordinator.adapter_state()
 
@@ -189,11 +205,22 @@ class Trainer:
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One algorithm update on ``rollout``; the coordinator's memos and stored decisions go after it."""
         assert self.algo is not None, "update() before the algorithm was built"
+        c = self.algo_config
+        # PPO and PG evaluate each minibatch once per epoch; TRPO's line search makes its count open.
+        steps = c.epochs * math.ceil(len(rollout) / c.minibatch_size) if isinstance(self.algo, PPO) else None
+        progress = Progress("update", steps, unit="minibatch steps", lines=1)
+
+        def evaluate(mb: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            out = self.coordinator.evaluate(mb.handles)
+            progress.advance()
+            return out
+
         twice = double_backward_attention() if self.algo.needs_double_backward else contextlib.nullcontext()
         try:
             with twice:
-                metrics = self.algo.update(lambda mb: self.coordinator.evaluate(mb.handles), rollout)
+                metrics = self.algo.update(evaluate, rollout)
         finally:
+            progress.close()
             self.coordinator.after_update()
         if self._skips_reference():
             metrics["policy/kl_ref_new"] = float("nan")  # not measured: no reference pass was run
@@ -206,16 +233,25 @@ class Trainer:
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
         result = run_episodes(self.config.env.name, {**self.options, **overrides},
                               CoordinatorPolicy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
-                              history_len=self.config.team.history_len)
+                              history_len=self.config.team.history_len, label=f"trained ({suite})")
         return summarize(result)
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, float]:
+        """Warm up, then iterate to ``train.iterations``; return the last evaluation. On Ctrl-C the
+        write in flight finishes and the resume command is printed before the interrupt goes on."""
+        try:
+            self.warm_up()
+            if self.algo is None:
+                self._start_rl()
+            return self._loop()
+        except KeyboardInterrupt:
+            print(f"\n{resume_hint(self.run_dir)}", file=sys.stderr, flush=True)
+            raise
+
+    def _loop(self) -> dict[str, float]:
         cfg = self.config.train
-        self.warm_up()
-        if self.algo is None:
-            self._start_rl()
-        progress = Progress(max(1, cfg.iterations), start_iteration=self.iteration)
+        progress = Progress("iteration", max(1, cfg.iterations), start=self.iteration, lines=None)
         last_eval: dict[str, float] = {}
         try:
             while self.iteration < cfg.iterations:
@@ -223,14 +259,20 @@ class Trainer:
                 line = self._iteration(it)
                 if cfg.eval_every and it % cfg.eval_every == 0:
                     last_eval = self.evaluate(cfg.eval_episodes)
-                    self.logger.log("eval", it, {"suite": "heldout", **{f"eval/{k}": v for k, v in last_eval.items()}})
+                    self._log("eval", it, {"suite": "heldout", **{f"eval/{k}": v for k, v in last_eval.items()}})
+                    say(f"eval at iteration {it}: {iteration_stats(last_eval, prefix='')} "
+                        f"({cfg.eval_episodes} held-out episodes)")
                 self.iteration = it
                 if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
                     self.checkpoint()
-                progress.update(it, line)
+                progress.update(it, iteration_stats(line))
         finally:
             progress.close()
         return last_eval
+
+    def _log(self, kind: str, iteration: int, metrics: dict[str, Any]) -> None:
+        with uninterrupted():
+            self.logger.log(kind, iteration, metrics)
 
     def _iteration(self, it: int) -> dict[str, Any]:
         """Collect, update and log iteration ``it``; return its metrics line."""
@@ -239,7 +281,7 @@ class Trainer:
         rollout, episodes, transcripts = self.collect()
         t_collect = time.perf_counter() - t0
         c = self.algo_config
-        rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages)
+        rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages, estimator=self.algo.advantage_estimator)
         metrics = self.update(rollout)
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
         line = {**ep, **metrics, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
@@ -247,7 +289,7 @@ class Trainer:
         if self.curriculum.stages:
             line["curriculum/stage"] = self.curriculum.stage  # the stage this iteration trained on
             self.curriculum.record(ep["episode/success"])
-        self.logger.log("train", it, line)
+        self._log("train", it, line)
         self._write_transcripts(it, transcripts[: self.config.log.transcripts])
         self._check_skips(it, metrics)
         return line
@@ -263,17 +305,21 @@ class Trainer:
                 f"{self.run_dir}.")
 
     def _write_transcripts(self, iteration: int, transcripts: list[dict[str, Any]]) -> None:
-        with open(self.run_dir / "transcripts.jsonl", "a", encoding="utf-8") as f:
+        with uninterrupted(), open(self.run_dir / "transcripts.jsonl", "a", encoding="utf-8") as f:
             for t in transcripts:
                 f.write(json.dumps({"iteration": iteration, **t}) + "\n")
 
     def checkpoint(self) -> Path:
-        return save_checkpoint(
-            self.run_dir, self.iteration, self.coordinator, self.algo,
-            {"train_seed": self.seeds.next, "episode_id": self.collector.episode_id, "bc_done": self.bc_done,
-             "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict()},
-            keep=self.config.train.keep_checkpoints,
-        )
+        """Save the checkpoint of ``self.iteration`` (a Ctrl-C meanwhile waits) and its model card."""
+        with uninterrupted():
+            path = save_checkpoint(
+                self.run_dir, self.iteration, self.coordinator, self.algo,
+                {"train_seed": self.seeds.next, "episode_id": self.collector.episode_id, "bc_done": self.bc_done,
+                 "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict()},
+                keep=self.config.train.keep_checkpoints,
+            )
+            write_model_card(self.run_dir, path)
+        return path
 
     def close(self) -> None:
         """Close the logs and release the run directory's lock (idempotent)."""
@@ -288,6 +334,23 @@ class Trainer:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _take_back(run_dir: Path, existed: bool, before: set[str]) -> None:
+    """Remove what a failed setup wrote: ``run_dir`` itself when the setup made it, else the entries
+    that were not there ``before`` (the CLI may hand over an empty directory holding a lock file)."""
+    import shutil
+
+    if not existed:
+        shutil.rmtree(run_dir, ignore_errors=True)
+        return
+    for entry in run_dir.iterdir():
+        if entry.name in before:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        else:
+            entry.unlink(missing_ok=True)
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:

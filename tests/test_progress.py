@@ -1,0 +1,106 @@
+"""Progress: plain lines in a log, rich bars on a terminal, every long phase named; Ctrl-C deferral."""
+
+import io
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from teamtr.telemetry.progress import Progress, iteration_stats, say
+from teamtr.train.interrupt import uninterrupted
+
+TINY = [
+    "model.backbone=tiny-random", "rollout.episodes=4", "rollout.parallel=4", "train.iterations=1",
+    "train.checkpoint_every=1", "train.final_eval_episodes=0", "algo.minibatch_size=8", "algo.epochs=2",
+    "log.tensorboard=false", "env.max_steps=6",
+]
+
+
+def test_plain_lines_when_not_a_terminal() -> None:
+    stream = io.StringIO()
+    progress = Progress("iteration", 4, stream=stream, lines=None)
+    assert progress.live is False
+    line = progress.update(1, iteration_stats({"episode/success": 0.5, "episode/return": 1.25}))
+    progress.close()
+    assert line.startswith("iteration 1/4  success 0.50  return 1.250  eta ")
+    assert stream.getvalue() == line + "\n"  # close does not repeat a step already printed
+
+
+def test_plain_lines_are_spread_over_the_phase() -> None:
+    stream = io.StringIO()
+    with Progress("eval random", 100, unit="episodes", stream=stream, lines=4) as progress:
+        for done in range(1, 101):
+            progress.update(done)
+    counts = [line.split()[2] for line in stream.getvalue().splitlines()]
+    assert counts == ["25/100", "50/100", "75/100", "100/100"]
+    stream = io.StringIO()
+    with Progress("update", 8, unit="minibatch steps", stream=stream, lines=1) as progress:
+        for _ in range(3):  # an early stop: the phase ends before its total
+            progress.advance()
+    assert stream.getvalue().startswith("update 3/8 minibatch steps  eta ")
+
+
+def test_a_phase_of_unknown_length_says_when_it_starts_and_ends() -> None:
+    stream = io.StringIO()
+    with Progress("model load tiny-random", None, stream=stream, announce=True):
+        pass
+    lines = stream.getvalue().splitlines()
+    assert lines[0] == "model load tiny-random ..." and lines[1].startswith("model load tiny-random done in ")
+    assert len(lines) == 2
+
+
+def test_eta_is_time_per_step_times_steps_left() -> None:
+    progress = Progress("iteration", 10, start=2, stream=io.StringIO())
+    progress._t0 -= 8.0  # 8 s spent on iterations 3..6
+    assert progress.eta(2) is None
+    assert progress.eta(6) == pytest.approx(8.0 / 4 * 4, rel=0.01)
+
+
+def test_nested_phases_share_one_rich_display_on_a_terminal() -> None:
+    stream = io.StringIO()
+    with Progress("iteration", 5, stream=stream, live=True) as outer:
+        with Progress("rollout", 3, unit="episodes", stream=stream, live=True) as inner:
+            inner.update(3)
+            say("eval at iteration 1: success 1.00")
+        outer.update(5, "success 1.00")
+    out = stream.getvalue()
+    assert "rollout" in out and "3/3" in out and "5/5" in out and "success 1.00" in out
+    assert "eval at iteration 1" in out and "\x1b[" in out  # ANSI: drawn, not plain
+
+
+def test_uninterrupted_delivers_a_sigint_after_the_block() -> None:
+    finished = []
+    with pytest.raises(KeyboardInterrupt):
+        with uninterrupted():
+            os.kill(os.getpid(), signal.SIGINT)
+            finished.append(True)  # the write in flight completes
+    assert finished == [True]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> None:
+    from teamtr.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("{}\n")
+    sets = [*TINY, "bc.enabled=true", "bc.demos=16", "bc.epochs=1", "bc.batch_size=8", "train.eval_every=1",
+            "train.eval_episodes=2", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=1",
+            f"run_dir={tmp_path / 'run'}"]
+    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
+    captured = capsys.readouterr()
+    out = captured.err  # progress goes to stderr; stdout keeps the results
+    assert "held-out seeds from" in captured.out and "rollout" not in captured.out
+    for phase in ("model load tiny-random ...", "demo collection 16/16 decisions", "held-out demos 64/64 decisions",
+                  "behaviour cloning 2/2 steps  loss ", "rollout 4/4 episodes", " minibatch steps",
+                  "eval trained (heldout) 2/2 episodes", "eval at iteration 1: success ", "iteration 1/1  success ",
+                  "eval random 2/2", "eval oracle 2/2"):
+        assert phase in out, phase
+    # the final table's coordinator rows (named by class until evaluate_table passes its labels)
+    assert re.search(r"eval (merged|trained) 2/2 episodes", out) and re.search(r"eval zero-?shot 1/1 episodes", out)
+    assert out.index("behaviour cloning") < out.index("rollout 4/4") < out.index("iteration 1/1")
+    assert main(["eval", "--policy", "random", "first", "--episodes", "3", "--set", "env.max_steps=6"]) == 0
+    captured = capsys.readouterr()
+    assert "eval random 3/3 episodes" in captured.err and "eval first 3/3 episodes" in captured.err
+    assert captured.out.startswith("escape-room (")  # the table alone on stdout
