@@ -1,6 +1,9 @@
 """Evaluation policies: one module, one factory for the CLI and the trainer."""
 
+import math
+
 import pytest
+import torch
 
 from teamtr.core import TeamTRError
 from teamtr.envs import make
@@ -24,6 +27,7 @@ class FakeCoordinator:
 
         class Out:
             choices = [1 if self.adapter_on else 0 for _ in decisions]
+            logp = torch.full((len(decisions), 8), -math.log(8))  # uniform over up to 8 candidates
         return Out()
 
     def disable_adapter(self):

@@ -79,7 +79,17 @@ def _with_env(env: str | None, sets: Sequence[str]) -> list[str]:
 
 def resolve_checkpoint(path: str) -> tuple[Path, Path]:
     """(checkpoint folder holding ``coordinator/`` or ``adapter/``, run directory) for a checkpoint
-    folder, a run directory (its latest checkpoint) or a ``Coordinator.save`` folder."""
+    folder, a run directory (its latest checkpoint) or a ``Coordinator.save`` folder; its settings file
+    is read now, so a damaged checkpoint fails before any model is loaded."""
+    from teamtr.atomic import read_json
+
+    folder, run_dir = _checkpoint_folder(path)
+    if (folder / "coordinator.json").is_file():
+        read_json(folder / "coordinator.json", "coordinator settings")
+    return folder, run_dir
+
+
+def _checkpoint_folder(path: str) -> tuple[Path, Path]:
     p = Path(path)
     if (p / "coordinator").is_dir():
         return p / "coordinator", p.parent.parent
