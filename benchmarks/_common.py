@@ -13,23 +13,13 @@ import platform
 import statistics
 import subprocess
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
 import torch
 
 from teamtr.policy.backbone import Backbone, cpu_bf16_native, load_backbone
-
-
-@dataclass(frozen=True)
-class Decision:
-    """A decision as the coordinator reads it (``teamtr.policy.prompts.DecisionLike``)."""
-
-    task: str
-    state: str
-    history: tuple[str, ...]
-    candidates: tuple[str, ...]
+from teamtr.policy.prompts import Decision
 
 
 def escape_decisions(n: int, candidates: int = 12, seed: int = 0, exact: bool = False) -> list[Decision]:

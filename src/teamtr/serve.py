@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from teamtr.core import TeamTRError
+from teamtr.policy.prompts import Decision
 
 MAX_BODY = 4 << 20  # bytes: a coordination request is a few kB of text
 QUESTION = "Next directive?"  # the last line of ``user_text``
@@ -63,16 +64,6 @@ class RequestError(Exception):
     def body(self) -> dict[str, Any]:
         kind = "invalid_request_error" if self.status < 500 else "server_error"
         return {"error": {"message": self.message, "type": kind, "param": self.param, "code": self.code}}
-
-
-@dataclass(frozen=True)
-class Decision:
-    """One coordination request, as the coordinator reads it (a ``policy.prompts.DecisionLike``)."""
-
-    task: str
-    state: str
-    history: tuple[str, ...]
-    candidates: tuple[str, ...]
 
 
 @dataclass(frozen=True)

@@ -32,6 +32,16 @@ class DecisionLike(Protocol):
 
 
 @dataclass(frozen=True)
+class Decision:
+    """A plain ``DecisionLike`` for callers without a ``TeamState`` (a served request, a benchmark)."""
+
+    task: str
+    state: str
+    history: tuple[str, ...]
+    candidates: tuple[str, ...]
+
+
+@dataclass(frozen=True)
 class ChatFormat:
     """The pieces of a chat format around the three parts of a decision."""
 
