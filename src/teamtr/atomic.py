@@ -77,3 +77,8 @@ def read_safetensors(path: str | Path, device: str = "cpu", what: str = "tensors
     except Exception as err:  # safetensors raises its own error types, OSError or ValueError on damage
         raise TeamTRError(f"{path}: not a readable safetensors file ({what}: {type(err).__name__}: "
                           f"{str(err)[:120]}); the file is truncated or damaged.") from None
+
+
+def write_json(path: str | Path, payload: Any) -> None:
+    """``payload`` as indented JSON, written atomically."""
+    atomic_write_text(path, json.dumps(payload, indent=2))

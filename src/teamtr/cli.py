@@ -25,7 +25,7 @@ from typing import Any
 
 from pathlib import Path
 
-from teamtr.atomic import atomic_write_text
+from teamtr.atomic import atomic_write_text, write_json
 from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
@@ -137,10 +137,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
                                      "seed": args.seed, "rows": rows})
         print(f"wrote {args.json}")
     return 0
-
-
-def write_json(path: Path, payload: Any) -> None:
-    atomic_write_text(path, json.dumps(payload, indent=2))
 
 
 def _is_run_dir(path: Path) -> bool:
@@ -298,6 +294,14 @@ def cmd_config(args: argparse.Namespace) -> int:
 
 
 def cmd_report(args: argparse.Namespace) -> int:
+    if args.compare:
+        from teamtr.telemetry.compare import write_comparison
+
+        out = Path(args.out or "runs/compare")
+        write_comparison([args.run_dir, *args.compare], out, args.label, args.threshold)
+        print((out / "compare.md").read_text(), end="")
+        print(f"wrote {out / 'compare.json'}, {out / 'compare.md'} and the figures in {out}")
+        return 0
     from teamtr.telemetry.report import write_report
 
     print(write_report(args.run_dir))
@@ -402,8 +406,15 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("action", choices=("show", "list"))
     cf.add_argument("name", nargs="?", default=DEFAULT_CONFIG, help="a shipped config or a YAML file")
     _add_set(cf)
-    rp = _sub(sub, "report", "PNG curves and an HTML page for a run", "  teamtr report runs/default\n", cmd_report)
-    rp.add_argument("run_dir")
+    rp = _sub(sub, "report", "PNG curves and an HTML page for a run; --compare: several runs on one plot",
+              "  teamtr report runs/default\n  teamtr report runs/sweep-default --compare runs/sweep-ppo_alone "
+              "--out runs/compare\n", cmd_report)
+    rp.add_argument("run_dir", help="a run, or a sweep directory (its seed_N runs) with --compare")
+    rp.add_argument("--compare", nargs="+", metavar="RUN", default=[],
+                    help="more runs or sweep directories: curves with a mean ± std band per group, and a table")
+    rp.add_argument("--label", action="append", help="group label per run (default: a sweep's directory name)")
+    rp.add_argument("--threshold", type=float, default=0.9, help="success level for decisions_to_X (default 0.9)")
+    rp.add_argument("--out", help="where --compare writes its figures and table (default runs/compare)")
     dr = _sub(sub, "doctor", "name the troubleshooting symptoms a run shows", "  teamtr doctor runs/default\n",
               cmd_doctor)
     dr.add_argument("run_dir")

@@ -1,0 +1,210 @@
+"""`teamtr report --compare RUN...`: several runs' curves on one plot, a band per group, and a table.
+
+Runs are grouped by label: a sweep member ``runs/sweep-X/seed_N`` belongs to ``sweep-X``, any other run
+is its own group (``--label`` names groups explicitly). Each figure draws, per group, the mean over its
+runs at every iteration all of them reached, with a band of one standard deviation (population) around
+it. The table gives, per group, mean ± std over runs of:
+
+- ``final``: the success of the end-of-run table (``final_eval.json``, trained row) or, before it is
+  written, of the last held-out evaluation;
+- ``best``: the best held-out evaluation (or training) success seen;
+- ``worst_drop``: the largest fall of the training success below its best so far;
+- ``collapsed``: 1 when the training success fell below half its best and never came back above it
+  (the trust-region claim's collapse count sums this over runs);
+- ``kl_per_update``: mean KL(old || new) of the updates;
+- ``decisions_to_X`` / ``seconds_to_X``: samples (behaviour-cloning demonstrations plus rollout
+  decisions) and wall time until the training success first reached ``X`` (null: never).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from teamtr.atomic import atomic_write_text, read_json, write_json
+from teamtr.core import TeamTRError
+from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
+
+SUCCESS = "episode/success"
+CURVES: tuple[tuple[str, str, str], ...] = (  # (file, metric, kind)
+    ("compare_success.png", "episode/success", "train"),
+    ("compare_eval_success.png", "eval/success", "eval"),
+    ("compare_return.png", "episode/return", "train"),
+    ("compare_kl.png", "policy/kl_old_new", "train"),
+    ("compare_entropy.png", "policy/entropy", "train"),
+)
+
+
+def group_label(run: Path) -> str:
+    """``sweep-X`` for ``.../sweep-X/seed_N``, else the run directory's name."""
+    return run.parent.name if run.name.startswith("seed_") else run.name
+
+
+def worst_drop(values: Sequence[float]) -> float:
+    """Largest fall below the best value seen so far (0 for a curve that never falls)."""
+    best, drop = -math.inf, 0.0
+    for v in values:
+        best = max(best, v)
+        drop = max(drop, best - v)
+    return drop
+
+
+def collapsed(values: Sequence[float]) -> bool:
+    """True when the curve fell below half its best after reaching it and never came back above."""
+    if not values or max(values) <= 0:
+        return False
+    peak = values.index(max(values))
+    half = max(values) / 2
+    after = values[peak + 1:]
+    return bool(after) and after[-1] < half and any(v < half for v in after)
+
+
+def _first_reach(records: list[dict[str, Any]], config: dict[str, Any] | None, threshold: float) -> tuple[float | None, float | None]:
+    """(samples, seconds) until the training success first reached ``threshold``."""
+    bc = [r for r in records if r.get("kind") == "bc"]
+    samples = float(config_value(config, "bc.demos") or 0) if bc else 0.0
+    seconds = float(max((r.get("perf/wall_time", 0.0) for r in bc), default=0.0))
+    for record in sorted((r for r in records if r.get("kind") == "train"), key=lambda r: r["iteration"]):
+        samples += float(record.get("perf/decisions") or 0)
+        seconds += float(record.get("perf/iteration_s") or 0.0)
+        value = record.get(SUCCESS)
+        if isinstance(value, (int, float)) and value >= threshold:
+            return samples, seconds
+    return None, None
+
+
+def _final_success(run: Path, records: list[dict[str, Any]]) -> float | None:
+    final = run / "final_eval.json"
+    if final.is_file():
+        return float(read_json(final, "final table")["rows"]["trained"]["success"])
+    _, evals = metric_series(records, "eval/success", kind="eval")
+    return evals[-1] if evals else None
+
+
+def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
+    """The table's numbers for one run (see the module docstring)."""
+    records = read_metrics(run)
+    _, success = metric_series(records, SUCCESS)
+    _, evals = metric_series(records, "eval/success", kind="eval")
+    _, kl = metric_series(records, "policy/kl_old_new")
+    samples, seconds = _first_reach(records, read_config(run), threshold)
+    key = f"{threshold:g}"
+    return {
+        "run": str(run), "iterations": len(success), "final": _final_success(run, records),
+        "best": max(evals or success) if (evals or success) else None,
+        "worst_drop": worst_drop(success) if success else None,
+        "collapsed": float(collapsed(success)) if success else None,
+        "kl_per_update": statistics.fmean(kl) if kl else None,
+        f"decisions_to_{key}": samples, f"seconds_to_{key}": seconds,
+    }
+
+
+def _mean_std(values: list[Any]) -> dict[str, Any]:
+    numbers = [float(v) for v in values if v is not None]
+    if not numbers:
+        return {"mean": None, "std": None, "n": 0, "values": values}
+    return {"mean": statistics.fmean(numbers), "std": statistics.pstdev(numbers), "n": len(numbers),
+            "values": values}
+
+
+def summarise(groups: dict[str, list[Path]], threshold: float = 0.9) -> dict[str, Any]:
+    """Per group: the runs' summaries and mean ± std of each number (``None`` values left out)."""
+    table: dict[str, Any] = {}
+    for label, runs in groups.items():
+        summaries = [run_summary(run, threshold) for run in runs]
+        keys = [k for k in summaries[0] if k not in ("run", "iterations")]
+        table[label] = {"runs": summaries, **{k: _mean_std([s[k] for s in summaries]) for k in keys}}
+    return table
+
+
+def _band(runs: list[Path], metric: str, kind: str) -> tuple[list[int], list[float], list[float]] | None:
+    """Iterations every run reached, the mean over runs and the std, or None when a run lacks the metric."""
+    series = [dict(zip(*metric_series(read_metrics(run), metric, kind=kind))) for run in runs]
+    if not all(series):
+        return None
+    common = sorted(set.intersection(*(set(s) for s in series)))
+    if not common:
+        return None
+    means = [statistics.fmean(s[i] for s in series) for i in common]
+    stds = [statistics.pstdev([s[i] for s in series]) for i in common]
+    return common, means, stds
+
+
+def _draw(groups: dict[str, list[Path]], metric: str, kind: str, out: Path) -> bool:
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(6.4, 4.0))
+    FigureCanvasAgg(figure)
+    ax = figure.add_subplot()
+    drawn = False
+    for label, runs in groups.items():
+        band = _band(runs, metric, kind)
+        if band is None:
+            continue
+        xs, means, stds = band
+        (line,) = ax.plot(xs, means, marker="o" if len(xs) < 12 else None, label=f"{label} (n={len(runs)})")
+        ax.fill_between(xs, [m - s for m, s in zip(means, stds)], [m + s for m, s in zip(means, stds)],
+                        color=line.get_color(), alpha=0.2)
+        drawn = True
+    if not drawn:
+        return False
+    ax.set_xlabel("iteration")
+    ax.set_ylabel(metric)
+    ax.set_title(f"{metric}: mean ± std over runs")
+    ax.legend(fontsize=8)
+    ax.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(out, dpi=100)
+    return True
+
+
+def _cell(stat: dict[str, Any]) -> str:
+    if stat["mean"] is None:
+        return "-"
+    return f"{stat['mean']:.3f} ± {stat['std']:.3f}" + (f" ({stat['n']})" if stat["n"] != len(stat["values"]) else "")
+
+
+def table_markdown(table: dict[str, Any]) -> str:
+    """The summary as a Markdown table (a cell with fewer runs than its group says how many in brackets)."""
+    keys = [k for k in next(iter(table.values())) if k != "runs"]
+    lines = ["| runs | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
+    for label, row in table.items():
+        lines.append(f"| {label} (n={len(row['runs'])}) | " + " | ".join(_cell(row[k]) for k in keys) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _members(run: Path) -> list[Path]:
+    """A sweep directory (holding ``seed_N`` runs, no metrics of its own) stands for its runs."""
+    members = sorted(p for p in run.glob("seed_*") if p.is_dir())
+    return members if members and not (run / "metrics.jsonl").exists() else [run]
+
+
+def group_runs(runs: Sequence[str | Path], labels: Sequence[str] | None = None) -> dict[str, list[Path]]:
+    """Runs by group label. Each argument is a run or a sweep directory; ``labels`` (one per argument)
+    override :func:`group_label`."""
+    if labels and len(labels) != len(runs):
+        raise TeamTRError(f"--label was given {len(labels)} times for {len(runs)} runs or sweeps; give one label "
+                          "per argument or none (sweep members group by their sweep directory).")
+    groups: dict[str, list[Path]] = {}
+    for i, arg in enumerate(runs):
+        for path in _members(Path(arg)):
+            require_run_dir(path)
+            groups.setdefault(labels[i] if labels else group_label(path), []).append(path)
+    return groups
+
+
+def write_comparison(runs: Sequence[str | Path], out: str | Path, labels: Sequence[str] | None = None,
+                     threshold: float = 0.9) -> dict[str, Any]:
+    """Figures, ``compare.json`` and ``compare.md`` in ``out``; returns the table."""
+    groups = group_runs(runs, labels)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    table = summarise(groups, threshold)
+    figures = [file for file, metric, kind in CURVES if _draw(groups, metric, kind, out / file)]
+    write_json(out / "compare.json", {"threshold": threshold, "figures": figures, "groups": table})
+    atomic_write_text(out / "compare.md", table_markdown(table))
+    return table

@@ -1,0 +1,78 @@
+"""`teamtr report --compare`: grouping, the table's numbers and the figures, on hand-written runs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from teamtr.cli import main
+from teamtr.core import TeamTRError
+from teamtr.telemetry.compare import collapsed, group_runs, run_summary, summarise, worst_drop
+
+
+def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, final: float | None = None) -> Path:
+    path.mkdir(parents=True)
+    lines = []
+    if bc:
+        lines.append({"kind": "bc", "iteration": 1, "bc/loss": 1.0, "perf/wall_time": 30.0})
+    for i, s in enumerate(success, start=1):
+        lines.append({"kind": "train", "iteration": i, "episode/success": s, "episode/return": 10 * s,
+                      "policy/kl_old_new": kl * i, "perf/decisions": 100, "perf/iteration_s": 60.0})
+    lines.append({"kind": "eval", "iteration": len(success), "suite": "heldout", "eval/success": success[-1]})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
+    (path / "config.yaml").write_text(yaml.safe_dump({"bc": {"enabled": bc, "demos": 240}}))
+    if final is not None:
+        (path / "final_eval.json").write_text(json.dumps({"rows": {"trained": {"success": final}}}))
+    return path
+
+
+def test_worst_drop_and_collapse() -> None:
+    assert worst_drop([0.1, 0.5, 0.2, 0.6, 0.55]) == pytest.approx(0.3)
+    assert worst_drop([0.1, 0.2, 0.3]) == 0.0
+    assert collapsed([0.2, 0.8, 0.3, 0.1])  # fell below 0.4 and stayed there
+    assert not collapsed([0.2, 0.8, 0.3, 0.7])  # recovered above half its best
+    assert not collapsed([0.2, 0.8])  # best is last: nothing after it
+    assert not collapsed([0.0, 0.0])
+
+
+def test_summary_counts_samples_and_time_until_threshold(tmp_path: Path) -> None:
+    run = _run(tmp_path / "a", [0.2, 0.5, 0.95, 0.9], bc=True, final=0.97)
+    s = run_summary(run, threshold=0.9)
+    assert s["final"] == 0.97  # the end-of-run table wins over the last eval
+    assert s["best"] == 0.9  # best held-out evaluation (one eval line: the last)
+    assert s["decisions_to_0.9"] == 240 + 300  # demos + three iterations of 100 decisions
+    assert s["seconds_to_0.9"] == 30.0 + 180.0
+    assert s["kl_per_update"] == pytest.approx(0.01 * 2.5)
+    never = run_summary(_run(tmp_path / "b", [0.1, 0.2]), threshold=0.9)
+    assert never["decisions_to_0.9"] is None and never["final"] == 0.2
+
+
+def test_sweeps_group_by_directory_and_table_is_mean_std(tmp_path: Path) -> None:
+    _run(tmp_path / "sweep-ppo" / "seed_0", [0.2, 1.0])
+    _run(tmp_path / "sweep-ppo" / "seed_1", [0.4, 0.6])
+    _run(tmp_path / "pg", [0.9, 0.1, 0.1])
+    groups = group_runs([tmp_path / "sweep-ppo", tmp_path / "pg"])
+    assert {k: len(v) for k, v in groups.items()} == {"sweep-ppo": 2, "pg": 1}
+    table = summarise(groups)
+    assert table["sweep-ppo"]["final"]["mean"] == pytest.approx(0.8)
+    assert table["sweep-ppo"]["final"]["std"] == pytest.approx(0.2)
+    assert table["pg"]["collapsed"]["mean"] == 1.0 and table["sweep-ppo"]["collapsed"]["mean"] == 0.0
+    with pytest.raises(TeamTRError, match="one label"):
+        group_runs([tmp_path / "pg"], ["a", "b"])
+    with pytest.raises(TeamTRError, match="does not exist"):
+        group_runs([tmp_path / "nope"])
+
+
+def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    _run(tmp_path / "sweep-a" / "seed_0", [0.2, 1.0])
+    _run(tmp_path / "sweep-a" / "seed_1", [0.4, 0.8])
+    _run(tmp_path / "b", [0.1, 0.3])
+    out = tmp_path / "cmp"
+    assert main(["report", str(tmp_path / "sweep-a"), "--compare", str(tmp_path / "b"), "--out", str(out)]) == 0
+    saved = json.loads((out / "compare.json").read_text())
+    assert saved["groups"]["sweep-a"]["final"]["mean"] == pytest.approx(0.9)
+    assert "compare_success.png" in saved["figures"] and (out / "compare_success.png").stat().st_size > 1000
+    assert "| sweep-a (n=2) | 0.900 ± 0.100" in capsys.readouterr().out
