@@ -365,6 +365,18 @@ def _add_set(parser: argparse.ArgumentParser) -> None:
                         help="override a config key (repeatable), e.g. --set env.agents=4")
 
 
+def _add_report(sub: Any) -> None:
+    rp = _sub(sub, "report", "PNG curves and an HTML page for a run; --compare: several runs on one plot",
+              "  teamtr report runs/default\n  teamtr report runs/sweep-default --compare runs/sweep-ppo_alone "
+              "--out runs/compare\n", cmd_report)
+    rp.add_argument("run_dir", help="a run, or a sweep directory (its seed_N runs) with --compare")
+    rp.add_argument("--compare", nargs="+", metavar="RUN", default=[],
+                    help="more runs or sweep directories: curves with a mean ± std band per group, and a table")
+    rp.add_argument("--label", action="append", help="group label per run (default: a sweep's directory name)")
+    rp.add_argument("--threshold", type=float, default=0.9, help="success level for decisions_to_X (default 0.9)")
+    rp.add_argument("--out", help="where --compare writes its figures and table (default runs/compare)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from teamtr import __version__
 
@@ -406,15 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("action", choices=("show", "list"))
     cf.add_argument("name", nargs="?", default=DEFAULT_CONFIG, help="a shipped config or a YAML file")
     _add_set(cf)
-    rp = _sub(sub, "report", "PNG curves and an HTML page for a run; --compare: several runs on one plot",
-              "  teamtr report runs/default\n  teamtr report runs/sweep-default --compare runs/sweep-ppo_alone "
-              "--out runs/compare\n", cmd_report)
-    rp.add_argument("run_dir", help="a run, or a sweep directory (its seed_N runs) with --compare")
-    rp.add_argument("--compare", nargs="+", metavar="RUN", default=[],
-                    help="more runs or sweep directories: curves with a mean ± std band per group, and a table")
-    rp.add_argument("--label", action="append", help="group label per run (default: a sweep's directory name)")
-    rp.add_argument("--threshold", type=float, default=0.9, help="success level for decisions_to_X (default 0.9)")
-    rp.add_argument("--out", help="where --compare writes its figures and table (default runs/compare)")
+    _add_report(sub)
     dr = _sub(sub, "doctor", "name the troubleshooting symptoms a run shows", "  teamtr doctor runs/default\n",
               cmd_doctor)
     dr.add_argument("run_dir")
