@@ -19,7 +19,7 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     argv = ["sweep", "default", "--seeds", "0", "1", "--out", str(out), *TINY]
     assert main(argv) == 0
     summary = json.loads((out / "sweep.json").read_text())
-    assert summary["seeds"] == [0, 1]
+    assert summary["seeds"] == [0, 1] and "seed" not in summary["config"]
     finals = [json.loads((out / f"seed_{s}" / "final_eval.json").read_text())["rows"] for s in (0, 1)]
     oracle = summary["rows"]["oracle"]["success"]
     assert oracle["values"] == [f["oracle"]["success"] for f in finals] and oracle["mean"] == 1.0
@@ -34,7 +34,10 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     # A finished sweep is not trained again; a seed whose run was killed before its table resumes.
     (out / "seed_1" / "final_eval.json").unlink()
     shutil.rmtree(out / "seed_1" / "report", ignore_errors=True)
-    assert main(argv) == 0
+    assert main([*argv, "--json", str(tmp_path / "results" / "st.json")]) == 0
     printed = capsys.readouterr().out
+    saved = json.loads((tmp_path / "results" / "st.json").read_text())
+    assert saved["config"]["env"] == {"name": "escape-room", "agents": 2, "items": 2}  # what the rows measured
+    assert saved["command"].startswith("teamtr sweep default --seeds 0 1 --set model.backbone=tiny-random")
     assert "seed 0 done" in printed and "seed 1 -> " in printed and "(resuming)" in printed
     assert (out / "seed_1" / "final_eval.json").is_file()

@@ -274,8 +274,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else ""))
         cmd_train(argparse.Namespace(config=args.config, set=sets, resume=str(run) if resume else None,
                                      overwrite=False))
-    summary = sweep_summary(runs)
+    resolved = load_config(args.config, args.set).model_dump(mode="json")
+    summary = {"command": " ".join(["teamtr sweep", args.config, "--seeds", *map(str, args.seeds),
+                                    *(f"--set {s}" for s in args.set)]),
+               "config": {k: v for k, v in resolved.items() if k not in ("seed", "run_dir")}, **sweep_summary(runs)}
     write_json(out / "sweep.json", summary)
+    if args.json:
+        write_json(Path(args.json), summary)
+        print(f"wrote {args.json}")
     print(f"\n{len(runs)} seeds ({', '.join(map(str, args.seeds))}): mean ± std of the final tables")
     for policy, metrics in summary["rows"].items():
         shown = ", ".join(f"{m} {v['mean']:.3f} ± {v['std']:.3f}" for m, v in metrics.items()
@@ -412,6 +418,7 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("config", help="a YAML file or a shipped config")
     sw.add_argument("--seeds", nargs="+", type=int, required=True)
     sw.add_argument("--out", help="the sweep's directory (default runs/sweep-CONFIG); one run per seed inside")
+    sw.add_argument("--json", help="also write the summary (with the resolved config) here, e.g. results/X.json")
     _add_set(sw)
     cf = _sub(sub, "config", "print a shipped or given config, resolved with --set overrides",
               "  teamtr config show default --set algo.lr=1e-4\n  teamtr config list\n", cmd_config)
