@@ -1,0 +1,149 @@
+"""The README's result tables, generated from ``results/*.json`` (never typed by hand).
+
+A table in the README sits between two markers that name its kind and its files::
+
+    <!-- results: sweep results/sweep_software_team.json -->
+    ...generated...
+    <!-- /results -->
+
+Kinds: ``worlds`` (``teamtr eval --json`` files of scripted baselines: success per policy with the
+options the command resolved), ``sweep`` (``teamtr sweep --json``: mean ± std over seeds per policy,
+with the command and the resolved world) and ``compare`` (``teamtr report --compare``'s compare.json).
+
+    python benchmarks/tables.py sweep results/sweep_software_team.json   # print one table
+    python benchmarks/tables.py --update README.md                       # regenerate every marked block
+    python benchmarks/tables.py --check README.md                        # exit 1 when a block is stale
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BLOCK = re.compile(r"(<!-- results: (\w+) ([^>]*?) -->\n)(.*?)(<!-- /results -->)", re.DOTALL)
+SWEEP_COLUMNS = (("success", "success"), ("return", "return"), ("length", "length"),
+                 ("idle_rate", "idle rate"), ("comm_effectiveness", "comm. effectiveness"),
+                 ("invalid_rate", "invalid rate"))
+COMPARE_COLUMNS = (("final", "final success"), ("best", "best"), ("worst_drop", "worst drop"),
+                   ("collapsed", "collapsed"), ("kl_per_update", "KL per update"))
+
+
+def _load(path: str) -> dict[str, Any]:
+    return json.loads((ROOT / path).read_text())
+
+
+def _options(options: dict[str, Any]) -> str:
+    return "`" + ", ".join(f"{k}={v}" for k, v in options.items()) + "`" if options else "defaults"
+
+
+def worlds(files: list[str]) -> str:
+    """Success per scripted policy, one row per ``teamtr eval --json`` file."""
+    loaded = [(f, _load(f)) for f in files]
+    policies = list(dict.fromkeys(p for _, d in loaded for p in d["rows"]))
+    lines = ["| world | resolved options | episodes | " + " | ".join(policies) + " | oracle length |",
+             "|---" * (len(policies) + 4) + "|"]
+    for _, d in loaded:
+        rows = d["rows"]
+        cells = [f"{rows[p]['success']:.3f}" if p in rows else "-" for p in policies]
+        length = f"{rows['oracle']['length']:.2f}" if "oracle" in rows else "-"
+        lines.append(f"| {d['env']} | {_options(d['options'])} | {d['episodes']} | " + " | ".join(cells)
+                     + f" | {length} |")
+    return "\n".join(lines) + "\n"
+
+
+def _pm(stat: dict[str, Any] | None, digits: int = 3) -> str:
+    if not stat or stat.get("mean") is None:
+        return "-"
+    return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
+
+
+def sweep(files: list[str]) -> str:
+    """Mean ± std over seeds per policy, one block per ``teamtr sweep --json`` file."""
+    out = []
+    for f in files:
+        d = _load(f)
+        env = dict(d["config"]["env"])
+        name = env.pop("name")
+        out.append(f"`{d['command']}`: {name} ({_options(env)}), seeds {', '.join(map(str, d['seeds']))}, "
+                   f"held-out seeds from {d['config']['train']['eval_seed_offset']:,}, greedy; mean ± std over "
+                   "seeds (`" + f + "`)\n")
+        out.append("| policy | " + " | ".join(label for _, label in SWEEP_COLUMNS) + " |")
+        out.append("|---" * (len(SWEEP_COLUMNS) + 1) + "|")
+        for policy, row in d["rows"].items():
+            digits = {"return": 2, "length": 1}
+            cells = [_pm(row.get(key), digits.get(key, 3)) for key, _ in SWEEP_COLUMNS]
+            out.append(f"| {policy} | " + " | ".join(cells) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+def compare(files: list[str]) -> str:
+    """The trust-region table of ``teamtr report --compare`` (compare.json), one row per group."""
+    lines = ["| runs | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |",
+             "|---" * (len(COMPARE_COLUMNS) + 1) + "|"]
+    for f in files:
+        for label, row in _load(f)["groups"].items():
+            lines.append(f"| {label} (n={len(row['runs'])}) | "
+                         + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS) + " |")
+    return "\n".join(lines) + "\n"
+
+
+KINDS: dict[str, Callable[[list[str]], str]] = {"worlds": worlds, "sweep": sweep, "compare": compare}
+
+
+def expand(patterns: str) -> list[str]:
+    """Space-separated paths or globs relative to the repository, sorted per glob."""
+    files: list[str] = []
+    for pattern in patterns.split():
+        matched = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(str(ROOT / pattern)))
+        if not matched:
+            raise SystemExit(f"tables.py: {pattern!r} matches no file under {ROOT}; run the command that writes it.")
+        files += matched
+    return files
+
+
+def regenerate(text: str) -> str:
+    """``text`` with every marked block's body generated afresh."""
+    def body(match: re.Match[str]) -> str:
+        kind, patterns = match.group(2), match.group(3)
+        if kind not in KINDS:
+            raise SystemExit(f"tables.py: unknown table kind {kind!r}; known: {', '.join(KINDS)}.")
+        return match.group(1) + KINDS[kind](expand(patterns)) + match.group(5)
+
+    return BLOCK.sub(body, text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("kind", nargs="?", choices=sorted(KINDS))
+    parser.add_argument("files", nargs="*")
+    parser.add_argument("--update", metavar="MARKDOWN", help="regenerate every marked block of this file")
+    parser.add_argument("--check", metavar="MARKDOWN", help="exit 1 when a marked block is not up to date")
+    args = parser.parse_args(argv)
+    if args.update or args.check:
+        path = Path(args.update or args.check)
+        text = path.read_text()
+        fresh = regenerate(text)
+        if args.check:
+            if fresh != text:
+                print(f"{path}: a results table is stale; run python benchmarks/tables.py --update {path}")
+                return 1
+            return 0
+        path.write_text(fresh)
+        print(f"updated {path}")
+        return 0
+    if not args.kind:
+        parser.error("give a table kind and its files, or --update/--check MARKDOWN")
+    print(KINDS[args.kind](expand(" ".join(args.files))), end="")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
