@@ -72,6 +72,9 @@ class PolicyConfig(_Section):
     normalization: Literal[NORMALIZATIONS] = "token"  # type: ignore[valid-type]
     # Below 1e-3 the tempered scores (log-probs of -1..-100) overflow float32 in the softmax.
     temperature: float = Field(1.0, ge=1e-3, le=1e3)
+    #: training only: the probability of swapping one entity (agent or object) of each chosen directive
+    #: for another valid one (train/noise.py); PPO learns from the directive executed
+    noise: float = Field(0.0, ge=0, le=1)
 
 
 class AlgoSection(BaseModel):

@@ -65,7 +65,7 @@ class Trainer:
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
                                    torch.Generator().manual_seed(config.seed), self._ref_logp,
-                                   group_size=config.rollout.group_size)
+                                   group_size=config.rollout.group_size, noise=config.policy.noise)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
