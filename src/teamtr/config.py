@@ -83,6 +83,12 @@ class AlgoSection(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: Literal[ALGORITHM_NAMES] = "ppo"  # type: ignore[valid-type]
     ref: Literal["base", "bc"] = "base"  # reference policy of the KL penalty
+    # Replay of successes (train/replay.py): an imitation term on successful episodes' decisions in
+    # every PPO/PG step; replay_coef 0 keeps no buffer.
+    replay_coef: float = Field(0.0, ge=0, allow_inf_nan=False)  # weight of the replayed decisions' NLL
+    replay_capacity: int = Field(64, ge=1)  # successful episodes kept, highest return first
+    replay_alpha: float = Field(1.0, ge=0, allow_inf_nan=False)  # rank priority exponent (0: uniform)
+    replay_batch: int = Field(16, ge=1)  # replayed decisions per optimiser step
 
     def algo_options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

@@ -33,6 +33,8 @@ from teamtr.rl.schedules import linear_decay, warmup_cosine
 from teamtr.rl.settings import AlgoConfig
 
 Evaluate = Callable[[Minibatch], tuple[Tensor, Tensor]]
+#: An extra loss added at every PPO/PG step, with its metrics (the trainer's replay of successes).
+Auxiliary = Callable[[], tuple[Tensor, dict[str, float]]]
 
 def param_groups(policy_params: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Normalise ``[{"params": [...], "lr_scale": s}, ...]`` (lr_scale defaults to 1)."""
@@ -150,6 +152,7 @@ class PPO(Algorithm):
 
     name = "ppo"
     clip = True  # the ratio clip, the KL penalty and the early stop (off in PolicyGradient)
+    auxiliary: Auxiliary | None = None
 
     def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
                  config: AlgoConfig) -> None:
@@ -210,7 +213,8 @@ class PPO(Algorithm):
             v_loss = clipped_value_loss(values, mb.values, mb.returns,
                                         c.value_clip if self.clip else None)
             vf_coef = c.vf_coef if self.advantage_estimator == "gae" else 0.0  # no critic to train
-            norms = self._step(-t.objective + vf_coef * v_loss)
+            aux, aux_log = self.auxiliary() if self.auxiliary is not None else (0.0, {})
+            norms = self._step(-t.objective + vf_coef * v_loss + aux)
             if norms is None:
                 log.skipped += 1
                 continue
@@ -221,7 +225,7 @@ class PPO(Algorithm):
                  "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
                  "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
                  "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                 "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])})
+                 "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1]), **aux_log})
         return log
 
     def _step(self, loss: Tensor) -> tuple[Tensor, Tensor] | None:

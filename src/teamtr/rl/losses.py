@@ -195,3 +195,17 @@ def policy_terms(
         ratio_min=ratio.detach().min(),
         ratio_max=ratio.detach().max(),
     )
+
+
+def imitation_nll(logp: Tensor, actions: Tensor, weights: Tensor | None = None) -> Tensor:
+    """Weighted mean negative log-likelihood of ``actions``: ``[B, C], [B] long (, [B]) -> scalar``.
+
+    The imitation term of replayed successes (``train/replay.py``) and of behaviour cloning;
+    ``weights`` (default 1) need not sum to 1: the mean is ``sum(w * nll) / sum(w)``.
+    """
+    nll = -chosen(logp, actions)
+    if weights is None:
+        return nll.mean()
+    if weights.shape != nll.shape:
+        raise RLInputError(f"weights has shape {tuple(weights.shape)}; expected {tuple(nll.shape)} (one per row).")
+    return (weights * nll).sum() / weights.sum()

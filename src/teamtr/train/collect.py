@@ -16,6 +16,7 @@ from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
 from teamtr.telemetry.progress import Progress
 from teamtr.train.noise import perturb
+from teamtr.train.replay import SuccessReplay
 
 #: Seeds of run seed s start at (s * TRAIN_SEED_STRIDE) mod eval_seed_offset and count up, wrapping to 0
 #: before eval_seed_offset: every training seed lies in [0, eval_seed_offset), for any run seed, so no
@@ -65,6 +66,7 @@ class _Episode:
     tracker: EpisodeTracker
     steps: list[dict[str, Any]] = field(default_factory=list)
     swaps: int = 0  # decisions whose directive the exploration noise changed
+    decisions: list[tuple[TeamState, int]] = field(default_factory=list)  # kept for the replay only
 
 
 class Collector:
@@ -72,14 +74,15 @@ class Collector:
     ``make_team``; ``reference(states, logp)`` gives the KL reference's log-probs [B, Cmax].
     ``group_size`` episodes share each world seed (one group, for critic-free baselines: GRPO, RLOO);
     a batch of ``parallel`` teams holds whole groups. ``noise``: the probability of swapping an entity
-    of each chosen directive (``train/noise.py``); the rollout stores the executed candidate."""
+    of each chosen directive (``train/noise.py``); the rollout stores the executed candidate. ``replay``:
+    where successful episodes' decisions go (``train/replay.py``)."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
                  generator: torch.Generator, reference: Reference, episode_id: int = 0,
-                 group_size: int = 1, noise: float = 0.0) -> None:
+                 group_size: int = 1, noise: float = 0.0, replay: SuccessReplay | None = None) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
-        self.group_size, self.noise = group_size, noise
+        self.group_size, self.noise, self.replay = group_size, noise, replay
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -101,6 +104,8 @@ class Collector:
         m = ep.tracker.finish()
         transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
                             "return": m.episode_return, "steps": ep.steps})
+        if self.replay is not None and m.success:
+            self.replay.add(m.episode_return, ep.decisions)
         row = m.as_dict()
         if self.noise > 0:
             row["noise_swaps"] = float(ep.swaps)
@@ -133,6 +138,8 @@ class Collector:
         for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
             c = len(states[k].candidates)
             ep.swaps += executed[k] != out.choices[k]
+            if self.replay is not None:
+                ep.decisions.append((states[k], executed[k]))
             rollout.append(
                 logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=executed[k],
                 values=out.values[k], rewards=reward, terminated=info["terminated"],
