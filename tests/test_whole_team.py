@@ -143,3 +143,28 @@ def test_whole_team_ppo_update_decreases_the_loss_on_a_fixed_batch(token_level):
         after, _ = score_whole_team(c, [out.decisions[i] for i in rows], [out.tokens[i] for i in rows])
     # the update moved the policy towards the outputs with positive advantage
     assert float((adv * after.total).sum()) > float((adv * old.total).sum()) + 0.05
+
+
+@pytest.mark.parametrize("token_level", ["true", "false"])
+def test_trainer_runs_whole_team_mode(tmp_path, token_level):
+    import json
+
+    from teamtr.config import load_config
+    from teamtr.train.trainer import Trainer
+
+    config = load_config(None, [
+        "model.backbone=tiny-random", "bc.enabled=false", "rollout.episodes=4", "rollout.parallel=4",
+        "train.iterations=1", "train.eval_every=0", "train.checkpoint_every=1", "train.final_eval_episodes=0",
+        "algo.minibatch_size=8", "algo.epochs=2", "log.tensorboard=false", "env.max_steps=4", "env.agents=3",
+        "team.directives=whole_team", f"algo.token_level={token_level}", "algo.kl_coef=0.05",
+        "algo.warmup_updates=0", f"run_dir={tmp_path / 'run'}"])
+    with Trainer(config) as trainer:
+        trainer.run()
+        assert trainer.collector.actor.store == []  # the update used and dropped its decisions
+    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert line["perf/decisions"] == 16  # 4 episodes x 4 decisions: nobody escapes in 4 ticks untrained
+    for key in ("policy/loss", "value/loss", "policy/entropy", "policy/kl_old_new", "policy/kl_ref_new"):
+        assert math.isfinite(line[key]), key
+    assert line["policy/entropy"] > 0.1 and line["policy/kl_old_new"] > 0
+    step = json.loads((tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()[0])["steps"][0]
+    assert all(0 <= i < len(step["candidates"]) for i in step["lines"])

@@ -43,6 +43,9 @@ class EnvConfig(BaseModel):
 
 class TeamConfig(_Section):
     history_len: int = Field(3, ge=0)
+    #: single: one directive per decision from the enumerated candidates; whole_team: one line per
+    #: agent in one output, decoded under the state's grammar (policy/whole_team.py), token-level PPO
+    directives: Literal["single", "whole_team"] = "single"
 
 
 class ModelConfig(_Section):
@@ -89,6 +92,7 @@ class AlgoSection(BaseModel):
     replay_capacity: int = Field(64, ge=1)  # successful episodes kept, highest return first
     replay_alpha: float = Field(1.0, ge=0, allow_inf_nan=False)  # rank priority exponent (0: uniform)
     replay_batch: int = Field(16, ge=1)  # replayed decisions per optimiser step
+    token_level: bool = True  # whole-team mode: a PPO ratio per token (false: one per decision)
 
     def algo_options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

@@ -39,6 +39,7 @@ from teamtr.train.curriculum import Curriculum
 from teamtr.train.interrupt import resume_hint, uninterrupted
 from teamtr.train.lock import RunLock
 from teamtr.train.replay import ReplayTerm, SuccessReplay
+from teamtr.train.whole_team import WholeTeamActor, token_update
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
 
 #: Consecutive iterations whose every update step was skipped (non-finite loss or gradient) before
@@ -69,7 +70,7 @@ class Trainer:
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
                                    torch.Generator().manual_seed(config.seed), self._ref_logp,
                                    group_size=config.rollout.group_size, noise=config.policy.noise,
-                                   replay=self.replay)
+                                   replay=self.replay, actor=self._whole_team_actor())
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -103,6 +104,14 @@ class Trainer:
                 make(self.config.env.name, **{**self.options, **stage.env})
             except TeamTRError as err:
                 raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
+
+    def _whole_team_actor(self) -> WholeTeamActor | None:
+        if self.config.team.directives != "whole_team":
+            return None
+        if self.config.algo.name != "ppo":
+            raise TeamTRError(f"team.directives=whole_team trains with token-level PPO; algo.name="
+                              f"{self.config.algo.name!r} is not supported there: set algo.name=ppo.")
+        return WholeTeamActor(self.coordinator, kl_reference=not self._skips_reference())
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
@@ -230,7 +239,10 @@ class Trainer:
         twice = double_backward_attention() if self.algo.needs_double_backward else contextlib.nullcontext()
         try:
             with twice:
-                metrics = self.algo.update(evaluate, rollout)
+                if self.collector.actor is not None:
+                    metrics = token_update(self.algo, self.collector.actor, rollout, self.config.algo.token_level)
+                else:
+                    metrics = self.algo.update(evaluate, rollout)
         finally:
             progress.close()
             self.coordinator.after_update()
