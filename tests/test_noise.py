@@ -71,7 +71,7 @@ class _FirstChoice:
 
 
 def _collect(noise: float):
-    make_team = lambda: Team(make("escape-room", agents=3, items=3, max_steps=5))  # noqa: E731
+    make_team = lambda: Team(make("escape-room", agents=3, items=3, max_steps=5))
     collector = Collector(_FirstChoice(), make_team, TrainSeeds(0, 1000), torch.Generator().manual_seed(0),
                           lambda states, logp: logp, noise=noise)
     return collector.collect(4, 4)

@@ -5,15 +5,20 @@ import math
 
 import pytest
 import torch
+from test_decoding import naive
 
 from teamtr.core import NOOP
 from teamtr.envs import make
 from teamtr.policy.backbone import load_backbone
 from teamtr.policy.coordinator import Coordinator
-from teamtr.policy.whole_team import act_whole_team, dense, score_whole_team, team_grammar
+from teamtr.policy.whole_team import (
+    act_whole_team,
+    dense,
+    score_whole_team,
+    team_grammar,
+)
 from teamtr.rl.losses import clipped_value_loss, token_policy_terms
 from teamtr.team import Team, joint_directive
-from test_decoding import naive
 
 
 @pytest.fixture(scope="module")
@@ -62,7 +67,7 @@ def test_decoded_whole_team_outputs_are_valid_and_exact(coord, world, options):
     assert out.values.shape == (40,)
     changed = 0
     for k, s in enumerate(states):
-        grammar, sources = team_grammar(s)
+        grammar, _ = team_grammar(s)
         assert len({s.candidates[i].target for i in out.lines[k]}) == len(out.lines[k])  # one line per agent
         assert all(s.candidates[i].target in grammar.agents for i in out.lines[k])
         team = Team(make(world, **options))

@@ -13,14 +13,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
 
 from teamtr.core import TeamTRError
 from teamtr.policy.decoding import GrammarDecision, TokenScores, decode, score_outputs
-from teamtr.policy.grammar import DirectiveGrammar, grammar_from_candidates, tokenize_grammar
+from teamtr.policy.grammar import (
+    DirectiveGrammar,
+    grammar_from_candidates,
+    tokenize_grammar,
+)
 from teamtr.policy.prompts import DecisionLike
+
+if TYPE_CHECKING:
+    from teamtr.policy.coordinator import Coordinator
 
 
 def team_grammar(decision: DecisionLike) -> tuple[DirectiveGrammar, tuple[tuple[int, ...], ...]]:
@@ -52,7 +59,7 @@ class WholeTeamOutput:
     values: torch.Tensor
 
 
-def grammar_decisions(coordinator: Any, decisions: Sequence[DecisionLike]
+def grammar_decisions(coordinator: Coordinator, decisions: Sequence[DecisionLike]
                       ) -> tuple[list[tuple[tuple[int, ...], GrammarDecision]], list[tuple[tuple[int, ...], ...]]]:
     """Each decision's (static prefix, ``GrammarDecision``) and its options' candidate indices."""
     out, sources = [], []
@@ -72,7 +79,7 @@ def _by_prefix(decisions: Sequence[tuple[tuple[int, ...], GrammarDecision]]) -> 
 
 
 @torch.no_grad()
-def act_whole_team(coordinator: Any, decisions: Sequence[DecisionLike], *, greedy: bool = False,
+def act_whole_team(coordinator: Coordinator, decisions: Sequence[DecisionLike], *, greedy: bool = False,
                    generator: torch.Generator | None = None) -> WholeTeamOutput:
     """Decode one whole-team directive per decision, batched per shared prefix with a KV cache."""
     gd, sources = grammar_decisions(coordinator, decisions)
@@ -107,7 +114,7 @@ def dense(scores: TokenScores) -> tuple[torch.Tensor, torch.Tensor]:
     return logp, valid
 
 
-def score_whole_team(coordinator: Any, decisions: Sequence[tuple[tuple[int, ...], GrammarDecision]],
+def score_whole_team(coordinator: Coordinator, decisions: Sequence[tuple[tuple[int, ...], GrammarDecision]],
                      tokens: Sequence[Sequence[int]]) -> tuple[TokenScores, torch.Tensor]:
     """Per-token scores (with gradients) of given outputs, all under one prefix, and values [B]."""
     prefixes = {p for p, _ in decisions}

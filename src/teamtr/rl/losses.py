@@ -241,17 +241,15 @@ def token_policy_terms(
         advantages: ``[B]``, one per decision (GAE over decisions).
         token_level: True: a ratio and a clip per branching token, the surrogate averaged over the
             batch's branching tokens; False: one ratio per decision, ``exp(sum_t log-ratio_t)``.
-    Entropy and both KLs are per-token exact values averaged over branching tokens: summed over an
-    output they are the chain-rule decomposition of the sequence's entropy and KL along that output.
+    Entropy and both KLs are exact per token, averaged over branching tokens (summed over an output:
+    the chain-rule decomposition of the sequence's entropy and KL along that output).
     """
     if branching.shape != new_logp.shape or valid.shape[:2] != new_logp.shape:
         raise RLInputError(f"branching {tuple(branching.shape)} and valid {tuple(valid.shape)} must match the "
                            f"token log-probs {tuple(new_logp.shape)} (valid with a last dim K).")
-    at = branching.bool()
-    n = at.sum().clamp(min=1)
-    # Invalid entries hold -inf: zero them (and their gradient) before any p log p.
-    new_b, old_b, ref_b = (x[at].masked_fill(~valid[at], 0.0) for x in (new_branch, old_branch, ref_branch))
-    ok = valid[at]
+    at, n = branching.bool(), branching.sum().clamp(min=1)
+    ok = valid[at]  # invalid entries hold -inf: zeroed (with their gradient) before any p log p
+    new_b, old_b, ref_b = (x[at].masked_fill(~ok, 0.0) for x in (new_branch, old_branch, ref_branch))
     log_ratio = ((new_logp - old_logp) * at).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
     if token_level:
         ratio = log_ratio.exp()

@@ -18,14 +18,17 @@ from typing import Any
 import torch
 from torch import nn
 
+from teamtr.policy.coordinator import Coordinator
 from teamtr.policy.decoding import GrammarDecision
 from teamtr.policy.whole_team import act_whole_team, dense, score_whole_team
 from teamtr.rl import PPO, Rollout
 from teamtr.rl.algorithms import summarise
 from teamtr.rl.losses import clipped_value_loss, explained_variance, token_policy_terms
+from teamtr.rl.rollout import Minibatch
+from teamtr.team import TeamState
 
-_ONE = torch.zeros(1)  # the dummy candidate's log-prob
-_VALID = torch.ones(1, dtype=torch.bool)
+_DUMMY_LOGP = torch.zeros(1)  # the one dummy candidate of each decision's Rollout row
+_DUMMY_MASK = torch.ones(1, dtype=torch.bool)
 
 
 @dataclass
@@ -45,11 +48,12 @@ class TokenDecision:
 class WholeTeamActor:
     """Acts for a ``Collector`` in whole-team mode and keeps its decisions for the update."""
 
-    def __init__(self, coordinator: Any, kl_reference: bool) -> None:
+    def __init__(self, coordinator: Coordinator, kl_reference: bool) -> None:
         self.coordinator, self.kl_reference = coordinator, kl_reference
         self.store: list[TokenDecision] = []
 
-    def act(self, states: Sequence[Any], generator: torch.Generator) -> tuple[list[list[int]], torch.Tensor, list[int]]:
+    def act(self, states: Sequence[TeamState], generator: torch.Generator
+            ) -> tuple[list[list[int]], torch.Tensor, list[int]]:
         """Decode each state's directive; return its lines (for ``Team.step``), values [B], handles."""
         out = act_whole_team(self.coordinator, states, generator=generator)
         handles = [-1] * len(states)
@@ -73,9 +77,11 @@ class WholeTeamActor:
             scores, _ = score_whole_team(self.coordinator, decisions, tokens)
         return dense(scores)[0]
 
-    def record(self, rollout: Rollout, handle: int, value: float, reward: float, info: dict, episode: int,
-               bootstrap: float, group: int) -> None:
-        rollout.append(logp=_ONE, ref_logp=_ONE, mask=_VALID, actions=0, values=value, rewards=reward,
+    def record(self, rollout: Rollout, handle: int, value: float, reward: float, info: dict[str, Any],
+               episode: int, bootstrap: float, group: int) -> None:
+        """Append the decision of ``handle`` to ``rollout`` (one dummy candidate, see the module docstring)."""
+        rollout.append(logp=_DUMMY_LOGP, ref_logp=_DUMMY_LOGP, mask=_DUMMY_MASK, actions=0, values=value,
+                       rewards=reward,
                        terminated=info["terminated"], truncated=info["truncated"], episode_id=episode,
                        handles=handle, bootstrap_values=bootstrap, group_id=group)
 
@@ -89,7 +95,7 @@ def _pad(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool
     return torch.stack(out)
 
 
-def _minibatch_terms(algo: PPO, actor: WholeTeamActor, mb: Any, ent_coef: float, kl_coef: float,
+def _minibatch_terms(algo: PPO, actor: WholeTeamActor, mb: Minibatch, ent_coef: float, kl_coef: float,
                      token_level: bool) -> tuple:
     """The token-level policy terms and the value loss of one minibatch (one static prefix)."""
     c = algo.config
@@ -152,7 +158,7 @@ def token_update(algo: PPO, actor: WholeTeamActor, rollout: Rollout, token_level
     return metrics
 
 
-def _by_prefix(rollout: Rollout, actor: WholeTeamActor, size: int, generator: torch.Generator) -> list[Any]:
+def _by_prefix(rollout: Rollout, actor: WholeTeamActor, size: int, generator: torch.Generator) -> list[Minibatch]:
     """Shuffled minibatches of at most ``size`` decisions, each of one static prefix."""
     out = []
     for mb in rollout.minibatches(size, generator):
