@@ -159,14 +159,17 @@ def test_trainer_runs_whole_team_mode(tmp_path, token_level):
 
     config = load_config(None, [
         "model.backbone=tiny-random", "bc.enabled=false", "rollout.episodes=4", "rollout.parallel=4",
-        "train.iterations=1", "train.eval_every=0", "train.checkpoint_every=1", "train.final_eval_episodes=0",
+        "train.iterations=1", "train.eval_every=1", "train.eval_episodes=4", "train.checkpoint_every=1",
+        "train.final_eval_episodes=0",
         "algo.minibatch_size=8", "algo.epochs=2", "log.tensorboard=false", "env.max_steps=4", "env.agents=3",
         "team.directives=whole_team", f"algo.token_level={token_level}", "algo.kl_coef=0.05",
         "algo.warmup_updates=0", f"run_dir={tmp_path / 'run'}"])
     with Trainer(config) as trainer:
         trainer.run()
         assert trainer.collector.actor.store == []  # the update used and dropped its decisions
-    line = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[-1])
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    line = next(x for x in lines if "perf/decisions" in x)
+    assert any("eval/success" in x for x in lines)  # held-out episodes in whole-team mode too
     assert line["perf/decisions"] == 16  # 4 episodes x 4 decisions: nobody escapes in 4 ticks untrained
     for key in ("policy/loss", "value/loss", "policy/entropy", "policy/kl_old_new", "policy/kl_ref_new"):
         assert math.isfinite(line[key]), key
