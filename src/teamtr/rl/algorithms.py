@@ -27,7 +27,7 @@ from torch import Tensor
 
 from teamtr.rl.errors import RLInputError
 from teamtr.rl.kl import make_kl_controller
-from teamtr.rl.losses import clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
+from teamtr.rl.losses import PolicyTerms, clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
 from teamtr.rl.rollout import Minibatch, Rollout
 from teamtr.rl.schedules import linear_decay, warmup_cosine
 from teamtr.rl.settings import AlgoConfig
@@ -65,6 +65,15 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
         out[k] = min(xs) if k == "policy/ratio_min" else max(xs) if k == "policy/ratio_max" \
             else sum(xs) / len(xs)
     return out
+
+
+def step_row(t: PolicyTerms, v_loss: Tensor, norms: tuple[Tensor, Tensor]) -> dict[str, float]:
+    """The metrics row of one optimiser step (policy terms, value loss, gradient norms)."""
+    return {"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
+            "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
+            "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
+            "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
+            "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])}
 
 
 @dataclass
@@ -220,12 +229,7 @@ class PPO(Algorithm):
                 continue
             log.values.append(values.detach())
             log.returns.append(mb.returns)
-            log.rows.append(
-                {"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
-                 "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
-                 "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
-                 "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                 "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1]), **aux_log})
+            log.rows.append({**step_row(t, v_loss, norms), **aux_log})
         return log
 
     def _step(self, loss: Tensor) -> tuple[Tensor, Tensor] | None:

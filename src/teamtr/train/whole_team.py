@@ -22,7 +22,7 @@ from teamtr.policy.coordinator import Coordinator
 from teamtr.policy.decoding import GrammarDecision
 from teamtr.policy.whole_team import act_whole_team, dense, score_whole_team
 from teamtr.rl import PPO, Rollout
-from teamtr.rl.algorithms import summarise
+from teamtr.rl.algorithms import EpochLog, step_row, summarise
 from teamtr.rl.losses import clipped_value_loss, explained_variance, token_policy_terms
 from teamtr.rl.rollout import Minibatch
 from teamtr.team import TeamState
@@ -125,37 +125,45 @@ def token_update(algo: PPO, actor: WholeTeamActor, rollout: Rollout, token_level
     for g in algo.optimizer.param_groups:
         g["lr"] = g["base_lr"] * mult
     limit = c.early_stop_factor * c.target_kl if c.early_stop_factor is not None else math.inf
-    rows: list[dict[str, float]] = []
-    seen: list[tuple[torch.Tensor, torch.Tensor]] = []
-    stopped = False
+    skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
     for _ in range(c.epochs):
-        rows, seen = [], []
-        for mb in _by_prefix(rollout, actor, c.minibatch_size, algo.generator):
-            t, values, v_loss = _minibatch_terms(algo, actor, mb, ent_coef, kl_coef, token_level)
-            if float(t.kl_old_new) > limit:
-                stopped = True
-                break
-            norms = algo._step(-t.objective + c.vf_coef * v_loss)
-            if norms is None:
-                continue
-            seen.append((values.detach().cpu(), mb.returns))
-            rows.append({"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
-                         "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
-                         "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
-                         "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                         "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])})
-        if stopped:
+        batches = _by_prefix(rollout, actor, c.minibatch_size, algo.generator)
+        per_epoch = max(len(batches), 1)
+        epoch = _epoch(algo, actor, batches, ent_coef, kl_coef, token_level, limit)
+        skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
+        if epoch.rows or not last.rows:
+            last = epoch
+        if epoch.stopped:
             break
-    metrics = summarise(rows)
-    if seen:
-        metrics["value/explained_variance"] = explained_variance(torch.cat([v for v, _ in seen]),
-                                                                 torch.cat([r for _, r in seen]))
+    metrics = summarise(last.rows)
+    metrics["value/explained_variance"] = (explained_variance(torch.cat(last.values), torch.cat(last.returns))
+                                           if last.values else float("nan"))
+    metrics.update({"optim/skipped_steps": float(skipped), "optim/epochs_run": steps / per_epoch})
     metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
     if math.isfinite(metrics["policy/kl_ref_new"]):
         algo.kl.update(metrics["policy/kl_ref_new"], len(rollout))
     algo.updates_done += 1
     actor.store.clear()
     return metrics
+
+
+def _epoch(algo: PPO, actor: WholeTeamActor, batches: list[Minibatch], ent_coef: float, kl_coef: float,
+           token_level: bool, kl_limit: float) -> EpochLog:
+    """One pass over ``batches``, at most one step each; stops before a step out of the trust region."""
+    c, log = algo.config, EpochLog()
+    for mb in batches:
+        t, values, v_loss = _minibatch_terms(algo, actor, mb, ent_coef, kl_coef, token_level)
+        if float(t.kl_old_new) > kl_limit:
+            log.stopped = True
+            break
+        norms = algo._step(-t.objective + c.vf_coef * v_loss)
+        if norms is None:
+            log.skipped += 1
+            continue
+        log.values.append(values.detach().cpu())
+        log.returns.append(mb.returns)
+        log.rows.append(step_row(t, v_loss, norms))
+    return log
 
 
 def _by_prefix(rollout: Rollout, actor: WholeTeamActor, size: int, generator: torch.Generator) -> list[Minibatch]:
