@@ -303,7 +303,7 @@ class TeamBatch:
         """Current states of the live teams, in ``live()`` order."""
         return [self.teams[i].state for i in self.live()]  # type: ignore[misc]
 
-    def step(self, choices: Sequence[int]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
+    def step(self, choices: Sequence[int | Sequence[int]]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
         """Step every live team with its choice (``choices[k]`` for ``live()[k]``)."""
         live = self.live()
         if len(choices) != len(live):
