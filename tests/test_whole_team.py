@@ -7,7 +7,7 @@ import pytest
 import torch
 from test_decoding import naive
 
-from teamtr.core import NOOP
+from teamtr.core import NOOP, Directive
 from teamtr.envs import make
 from teamtr.policy.backbone import load_backbone
 from teamtr.policy.coordinator import Coordinator
@@ -176,3 +176,14 @@ def test_trainer_runs_whole_team_mode(tmp_path, token_level):
     assert line["policy/entropy"] > 0.1 and line["policy/kl_old_new"] > 0
     step = json.loads((tmp_path / "run" / "transcripts.jsonl").read_text().splitlines()[0])["steps"][0]
     assert all(0 <= i < len(step["candidates"]) for i in step["lines"])
+
+
+def test_a_state_without_single_agent_candidates_gets_a_forced_carry_on(coord):
+    from teamtr.policy.prompts import Decision
+
+    goal = Directive("team: ship it", None, "goal:ship", "goal")
+    d = Decision(task="t", state="s", history=(), candidates=(goal, NOOP))
+    grammar, sources = team_grammar(d)
+    assert grammar.options == (("team: carry on",),) and sources == ((-1,),)
+    out = act_whole_team(coord, [d])
+    assert out.lines == [[]] and float(out.scores[0].logp.sum()) == 0.0

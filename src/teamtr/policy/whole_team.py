@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 
 def team_grammar(decision: DecisionLike) -> tuple[DirectiveGrammar, tuple[tuple[int, ...], ...]]:
     """The grammar of a state and, per agent and option, its candidate index (-1: carry on). The
-    agents are the single targets of the candidates, in their first appearance's order."""
+    agents are the single targets of the candidates, in their first appearance's order; a state with
+    none has one line, "team: carry on" (the output is forced: nothing changes)."""
     agents: list[str] = []
     pairs = []
     for c in decision.candidates:
@@ -40,10 +41,7 @@ def team_grammar(decision: DecisionLike) -> tuple[DirectiveGrammar, tuple[tuple[
         pairs.append((target, c.text))
         if target is not None and "+" not in target and target not in agents:
             agents.append(target)
-    if not agents:
-        raise TeamTRError("A whole-team decision needs candidates addressed to single agents; this state has "
-                          "none (use team.directives: single for this world).")
-    return grammar_from_candidates(agents, pairs)
+    return grammar_from_candidates(agents or ["team"], pairs)
 
 
 @dataclass
