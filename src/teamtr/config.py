@@ -43,6 +43,9 @@ class EnvConfig(BaseModel):
 
 class TeamConfig(_Section):
     history_len: int = Field(3, ge=0)
+    #: single: one directive per decision from the enumerated candidates; whole_team: one line per
+    #: agent in one output, decoded under the state's grammar (policy/whole_team.py), token-level PPO
+    directives: Literal["single", "whole_team"] = "single"
 
 
 class ModelConfig(_Section):
@@ -72,6 +75,9 @@ class PolicyConfig(_Section):
     normalization: Literal[NORMALIZATIONS] = "token"  # type: ignore[valid-type]
     # Below 1e-3 the tempered scores (log-probs of -1..-100) overflow float32 in the softmax.
     temperature: float = Field(1.0, ge=1e-3, le=1e3)
+    #: training only: the probability of swapping one entity (agent or object) of each chosen directive
+    #: for another valid one (train/noise.py); PPO learns from the directive executed
+    noise: float = Field(0.0, ge=0, le=1)
 
 
 class AlgoSection(BaseModel):
@@ -80,6 +86,13 @@ class AlgoSection(BaseModel):
     model_config = ConfigDict(extra="allow")
     name: Literal[ALGORITHM_NAMES] = "ppo"  # type: ignore[valid-type]
     ref: Literal["base", "bc"] = "base"  # reference policy of the KL penalty
+    # Replay of successes (train/replay.py): an imitation term on successful episodes' decisions in
+    # every PPO/PG step; replay_coef 0 keeps no buffer.
+    replay_coef: float = Field(0.0, ge=0, allow_inf_nan=False)  # weight of the replayed decisions' NLL
+    replay_capacity: int = Field(64, ge=1)  # successful episodes kept, highest return first
+    replay_alpha: float = Field(1.0, ge=0, allow_inf_nan=False)  # rank priority exponent (0: uniform)
+    replay_batch: int = Field(16, ge=1)  # replayed decisions per optimiser step
+    token_level: bool = True  # whole-team mode: a PPO ratio per token (false: one per decision)
 
     def algo_options(self) -> dict[str, Any]:
         return dict(self.model_extra or {})

@@ -8,6 +8,11 @@ decision. Worlds, role agents and reward terms never import each other; this mod
 Who receives a directive: ``target`` names one agent, or several joined by ``+`` (an allocation:
 "engineer_1+engineer_2"); a ``goal`` directive (``target`` None) goes to every agent as the team goal;
 the no-op goes to nobody and keeps every directive in force.
+
+A whole-team directive (``team.directives: whole_team``) is one line per agent: ``step`` then takes
+the candidate indices of the lines that give new orders (an agent whose line is "carry on" keeps the
+directive in force and is left out), delivers each to its agent, and rewards, remembers and reports
+the decision as their ``joint_directive``.
 """
 
 from __future__ import annotations
@@ -62,6 +67,17 @@ class TeamState:
     candidates: tuple[Directive, ...]
     expert: int
     tick: int
+
+
+def joint_directive(lines: Sequence[Directive]) -> Directive:
+    """One directive standing for a whole-team output's new lines (the no-op when there are none):
+    texts joined by newlines, targets by ``+``, tasks by ``;``."""
+    if not lines:
+        return NOOP
+    if len(lines) == 1:
+        return lines[0]
+    return Directive("\n".join(d.text for d in lines), "+".join(d.target or "team" for d in lines),
+                     ";".join(d.task for d in lines))
 
 
 def recipients(directive: Directive, agents: Sequence[str]) -> list[str]:
@@ -150,8 +166,9 @@ class Team:
             tick=self.ticks,
         )
 
-    def step(self, choice: int) -> tuple[TeamState, float, bool, dict[str, Any]]:
-        """Carry out candidate ``choice`` of the current state.
+    def step(self, choice: int | Sequence[int]) -> tuple[TeamState, float, bool, dict[str, Any]]:
+        """Carry out candidate ``choice`` of the current state (a sequence: the lines of a
+        whole-team directive, see the module docstring).
 
         Returns:
             ``(state, reward, done, info)``; ``done`` is True once the episode has ended, either way.
@@ -168,17 +185,10 @@ class Team:
         if self.finished or self.state is None:
             raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
         candidates = self.state.candidates
-        try:  # numpy and torch integer scalars are fine; floats and bools are not
-            index = -1 if isinstance(choice, bool) else operator.index(choice)
-        except TypeError:
-            index = -1
-        if not 0 <= index < len(candidates):
-            raise TeamTRError(
-                f"choice {choice!r} is outside the candidates: pick an index in "
-                f"0..{len(candidates) - 1} ({len(candidates)} candidates)."
-            )
-        directive = candidates[index]
-        events, ticks, native = self._carry_out(directive)
+        whole_team = isinstance(choice, (list, tuple))
+        lines = [candidates[_index(c, len(candidates))] for c in (choice if whole_team else [choice])]
+        directive = joint_directive([d for d in lines if d.kind != "noop"]) if whole_team else lines[0]
+        events, ticks, native = self._carry_out(lines if whole_team else directive)
         reward, terms = self.rewards(events, directive, self.previous, native)
         self.conclude(directive, events)
         outcome = self.world.outcome()
@@ -194,7 +204,7 @@ class Team:
         }
         return self.state, reward, self.finished, info
 
-    def _carry_out(self, directive: Directive) -> tuple[list[Event], int, float]:
+    def _carry_out(self, directive: Directive | Sequence[Directive]) -> tuple[list[Event], int, float]:
         """Deliver ``directive``, then run ticks until the world wants a decision or has ended.
 
         Returns the events of the decision, the ticks run and the world's own reward over them.
@@ -212,8 +222,11 @@ class Team:
 
     # -- the tick-level steps of a decision, for views that drive the role agents themselves
     # -- (``teamtr.pettingzoo``): deliver, then tick until the decision ends, then conclude.
-    def deliver(self, directive: Directive) -> list[Event]:
-        """Hand ``directive`` to the role agents it addresses; returns the directive_* events."""
+    def deliver(self, directive: Directive | Sequence[Directive]) -> list[Event]:
+        """Hand ``directive`` (or each line of a whole-team one) to the role agents it addresses;
+        returns the directive_* events."""
+        if not isinstance(directive, Directive):
+            return [e for line in directive for e in self.deliver(line)]
         events: list[Event] = []
         if directive.kind == "goal":
             events.append(Event("directive_followed", None, directive.task))
@@ -253,6 +266,17 @@ class Team:
                 self.history.append(f"conflict: {event.detail}")
 
 
+def _index(choice: Any, n: int) -> int:
+    """``choice`` as a candidate index in 0..n-1, else a TeamTRError."""
+    try:  # numpy and torch integer scalars are fine; floats and bools are not
+        index = -1 if isinstance(choice, bool) else operator.index(choice)
+    except TypeError:
+        index = -1
+    if not 0 <= index < n:
+        raise TeamTRError(f"choice {choice!r} is outside the candidates: pick an index in 0..{n - 1} ({n} candidates).")
+    return index
+
+
 class TeamBatch:
     """Many Teams stepped together (one coordinator call scores all live states at once).
 
@@ -279,7 +303,7 @@ class TeamBatch:
         """Current states of the live teams, in ``live()`` order."""
         return [self.teams[i].state for i in self.live()]  # type: ignore[misc]
 
-    def step(self, choices: Sequence[int]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
+    def step(self, choices: Sequence[int | Sequence[int]]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
         """Step every live team with its choice (``choices[k]`` for ``live()[k]``)."""
         live = self.live()
         if len(choices) != len(live):

@@ -82,6 +82,20 @@ class CoordinatorPolicy:
         return out
 
 
+class WholeTeamPolicy(CoordinatorPolicy):
+    """The coordinator writing whole-team directives (``team.directives: whole_team``): per state the
+    candidate indices of its new lines, which ``Team.step`` takes as one decision."""
+
+    def choose(self, states: list[TeamState]) -> list[list[int]]:  # type: ignore[override]
+        from teamtr.policy.whole_team import act_whole_team
+
+        out: list[list[int]] = []
+        for s in range(0, len(states), self.batch):
+            out += act_whole_team(self.coordinator, states[s : s + self.batch], greedy=self.greedy,  # type: ignore[arg-type]
+                                  generator=self.generator).lines
+        return out
+
+
 class MergedPolicy(CoordinatorPolicy):
     """Evaluation with the adapter merged into the weights: ``evaluate_table`` enters ``session()``
     once around all of this policy's episodes, so the merge is paid (and rounded) once, not per tick."""

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -194,3 +195,31 @@ class Automaton:
 def automaton(grammar: TokenGrammar) -> Automaton:
     """The automaton of a grammar, built once: a world's grammars recur across its states."""
     return Automaton(grammar)
+
+
+_BULLET = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+")
+
+
+def _norm(text: str) -> str:
+    """Lower case, single spaces, no bullet in front and no punctuation at the ends."""
+    return " ".join(_BULLET.sub("", text).lower().split()).strip(" .;,!")
+
+
+def parse_free_text(grammar: DirectiveGrammar, text: str) -> tuple[int, ...] | None:
+    """Map free text onto the grammar (free-text mode): the choice it says, or ``None`` when it says
+    nothing the grammar allows (an invalid directive, penalised by the caller).
+
+    Each non-empty line must be one agent's option up to case, spacing, a leading bullet ("- ",
+    "1.") and end punctuation; an agent addressed by no line carries on; a line that matches no
+    option, or a second line for the same agent, makes the whole text invalid.
+    """
+    lookup = {_norm(opt): (i, j) for i, opts in enumerate(grammar.options) for j, opt in enumerate(opts)}
+    choice = [len(opts) - 1 for opts in grammar.options]  # carry on: the last option
+    said: set[int] = set()
+    for line in filter(str.strip, text.splitlines()):
+        hit = lookup.get(_norm(line))
+        if hit is None or hit[0] in said:
+            return None
+        said.add(hit[0])
+        choice[hit[0]] = hit[1]
+    return tuple(choice) if said else None

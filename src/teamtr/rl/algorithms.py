@@ -27,12 +27,14 @@ from torch import Tensor
 
 from teamtr.rl.errors import RLInputError
 from teamtr.rl.kl import make_kl_controller
-from teamtr.rl.losses import clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
+from teamtr.rl.losses import PolicyTerms, clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
 from teamtr.rl.rollout import Minibatch, Rollout
 from teamtr.rl.schedules import linear_decay, warmup_cosine
 from teamtr.rl.settings import AlgoConfig
 
 Evaluate = Callable[[Minibatch], tuple[Tensor, Tensor]]
+#: An extra loss added at every PPO/PG step, with its metrics (the trainer's replay of successes).
+Auxiliary = Callable[[], tuple[Tensor, dict[str, float]]]
 
 def param_groups(policy_params: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """Normalise ``[{"params": [...], "lr_scale": s}, ...]`` (lr_scale defaults to 1)."""
@@ -63,6 +65,15 @@ def summarise(rows: list[dict[str, float]]) -> dict[str, float]:
         out[k] = min(xs) if k == "policy/ratio_min" else max(xs) if k == "policy/ratio_max" \
             else sum(xs) / len(xs)
     return out
+
+
+def step_row(t: PolicyTerms, v_loss: Tensor, norms: tuple[Tensor, Tensor]) -> dict[str, float]:
+    """The metrics row of one optimiser step (policy terms, value loss, gradient norms)."""
+    return {"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
+            "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
+            "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
+            "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
+            "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])}
 
 
 @dataclass
@@ -150,6 +161,7 @@ class PPO(Algorithm):
 
     name = "ppo"
     clip = True  # the ratio clip, the KL penalty and the early stop (off in PolicyGradient)
+    auxiliary: Auxiliary | None = None
 
     def __init__(self, policy_params: Sequence[dict[str, Any]], value_params: Iterable[Tensor],
                  config: AlgoConfig) -> None:
@@ -210,18 +222,14 @@ class PPO(Algorithm):
             v_loss = clipped_value_loss(values, mb.values, mb.returns,
                                         c.value_clip if self.clip else None)
             vf_coef = c.vf_coef if self.advantage_estimator == "gae" else 0.0  # no critic to train
-            norms = self._step(-t.objective + vf_coef * v_loss)
+            aux, aux_log = self.auxiliary() if self.auxiliary is not None else (0.0, {})
+            norms = self._step(-t.objective + vf_coef * v_loss + aux)
             if norms is None:
                 log.skipped += 1
                 continue
             log.values.append(values.detach())
             log.returns.append(mb.returns)
-            log.rows.append(
-                {"policy/kl_old_new": float(t.kl_old_new), "policy/kl_ref_new": float(t.kl_ref_new),
-                 "policy/entropy": float(t.entropy), "policy/clip_frac": float(t.clip_frac),
-                 "policy/ratio_min": float(t.ratio_min), "policy/ratio_max": float(t.ratio_max),
-                 "policy/loss": float(-t.surrogate), "value/loss": v_loss.item(),
-                 "optim/grad_norm": float(norms[0]), "value/grad_norm": float(norms[1])})
+            log.rows.append({**step_row(t, v_loss, norms), **aux_log})
         return log
 
     def _step(self, loss: Tensor) -> tuple[Tensor, Tensor] | None:

@@ -195,3 +195,78 @@ def policy_terms(
         ratio_min=ratio.detach().min(),
         ratio_max=ratio.detach().max(),
     )
+
+
+def imitation_nll(logp: Tensor, actions: Tensor, weights: Tensor | None = None) -> Tensor:
+    """Weighted mean negative log-likelihood of ``actions``: ``[B, C], [B] long (, [B]) -> scalar``.
+
+    The imitation term of replayed successes (``train/replay.py``) and of behaviour cloning;
+    ``weights`` (default 1) need not sum to 1: the mean is ``sum(w * nll) / sum(w)``.
+    """
+    nll = -chosen(logp, actions)
+    if weights is None:
+        return nll.mean()
+    if weights.shape != nll.shape:
+        raise RLInputError(f"weights has shape {tuple(weights.shape)}; expected {tuple(nll.shape)} (one per row).")
+    return (weights * nll).sum() / weights.sum()
+
+
+def token_policy_terms(
+    new_logp: Tensor,
+    old_logp: Tensor,
+    new_branch: Tensor,
+    old_branch: Tensor,
+    ref_branch: Tensor,
+    valid: Tensor,
+    branching: Tensor,
+    advantages: Tensor,
+    *,
+    clip_eps: float | None,
+    ent_coef: float,
+    kl_coef: float,
+    token_level: bool = True,
+    report_clip_eps: float = 0.2,
+) -> PolicyTerms:
+    """``policy_terms`` for outputs decoded token by token under a grammar's mask (whole-team directives).
+
+    B decisions, T output tokens, K the most valid tokens at one position. Only *branching* tokens
+    (where the grammar allowed more than one token) carry probability; forced tokens have log-prob 0
+    under every policy and are left out of every mean.
+
+    Args:
+        new_logp, old_logp: ``[B, T]`` the taken tokens' log-probs (0 at forced tokens and padding).
+        new_branch, old_branch, ref_branch: ``[B, T, K]`` the whole masked next-token distributions
+            (log-probs; anything at invalid entries), so that entropy and KL are exact per token.
+        valid: ``[B, T, K]`` bool, the grammar's valid tokens; branching: ``[B, T]`` bool.
+        advantages: ``[B]``, one per decision (GAE over decisions).
+        token_level: True: a ratio and a clip per branching token, the surrogate averaged over the
+            batch's branching tokens; False: one ratio per decision, ``exp(sum_t log-ratio_t)``.
+    Entropy and both KLs are exact per token, averaged over branching tokens (summed over an output:
+    the chain-rule decomposition of the sequence's entropy and KL along that output).
+    """
+    if branching.shape != new_logp.shape or valid.shape[:2] != new_logp.shape:
+        raise RLInputError(f"branching {tuple(branching.shape)} and valid {tuple(valid.shape)} must match the "
+                           f"token log-probs {tuple(new_logp.shape)} (valid with a last dim K).")
+    at, n = branching.bool(), branching.sum().clamp(min=1)
+    ok = valid[at]  # invalid entries hold -inf: zeroed (with their gradient) before any p log p
+    new_b, old_b, ref_b = (x[at].masked_fill(~ok, 0.0) for x in (new_branch, old_branch, ref_branch))
+    log_ratio = ((new_logp - old_logp) * at).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP)
+    if token_level:
+        ratio = log_ratio.exp()
+        surr = -clipped_surrogate(ratio, advantages[:, None].expand_as(ratio), clip_eps)
+        surrogate = (surr * at).sum() / n
+        ratio_seen = ratio[at] if at.any() else ratio.new_ones(1)
+    else:
+        ratio = log_ratio.sum(-1).clamp(-LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).exp()
+        surrogate = -clipped_surrogate(ratio, advantages, clip_eps).mean()
+        ratio_seen = ratio
+    ent = entropy(new_b, ok).sum() / n
+    kl_ref = categorical_kl(ref_b.detach(), new_b, ok).sum() / n
+    objective = surrogate + ent_coef * ent - kl_coef * kl_ref
+    eps = report_clip_eps if clip_eps is None else clip_eps
+    with torch.no_grad():
+        kl_old = categorical_kl(old_b, new_b, ok).sum() / n
+        clip_frac = ((ratio_seen - 1.0).abs() > eps).float().mean()
+    return PolicyTerms(objective=objective, surrogate=surrogate.detach(), entropy=ent.detach(),
+                       kl_ref_new=kl_ref.detach(), kl_old_new=kl_old, clip_frac=clip_frac,
+                       ratio_min=ratio_seen.detach().min(), ratio_max=ratio_seen.detach().max())

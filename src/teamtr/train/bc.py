@@ -20,7 +20,7 @@ import torch
 
 from teamtr.core import TeamTRError
 from teamtr.policy.coordinator import CoordinatorLike
-from teamtr.rl.losses import masked_log_softmax
+from teamtr.rl.losses import imitation_nll, masked_log_softmax
 from teamtr.team import Team, TeamBatch
 from teamtr.telemetry.progress import Progress
 
@@ -117,7 +117,7 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
             mask = coordinator.stored_mask(handles).to(scores.device)
             logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
             labels = torch.tensor([d.label for d in batch], device=scores.device)
-            loss = -logp.gather(1, labels[:, None]).mean()
+            loss = imitation_nll(logp, labels)
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)

@@ -15,6 +15,9 @@ from teamtr.rl import Rollout
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
 from teamtr.telemetry.progress import Progress
+from teamtr.train.noise import perturb
+from teamtr.train.replay import SuccessReplay
+from teamtr.train.whole_team import WholeTeamActor
 
 #: Seeds of run seed s start at (s * TRAIN_SEED_STRIDE) mod eval_seed_offset and count up, wrapping to 0
 #: before eval_seed_offset: every training seed lies in [0, eval_seed_offset), for any run seed, so no
@@ -63,20 +66,26 @@ class _Episode:
     id: int
     tracker: EpisodeTracker
     steps: list[dict[str, Any]] = field(default_factory=list)
+    swaps: int = 0  # decisions whose directive the exploration noise changed
+    decisions: list[tuple[TeamState, int]] = field(default_factory=list)  # kept for the replay only
 
 
 class Collector:
     """Collects training episodes with ``coordinator`` (sampling with ``generator``) in worlds from
     ``make_team``; ``reference(states, logp)`` gives the KL reference's log-probs [B, Cmax].
     ``group_size`` episodes share each world seed (one group, for critic-free baselines: GRPO, RLOO);
-    a batch of ``parallel`` teams holds whole groups."""
+    a batch of ``parallel`` teams holds whole groups. ``noise``: the probability of swapping an entity
+    of each chosen directive (``train/noise.py``); the rollout stores the executed candidate. ``replay``:
+    where successful episodes' decisions go (``train/replay.py``). ``actor``: acts in whole-team mode
+    (``train/whole_team.py``) instead of choosing candidates (neither noise nor replay apply there)."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
                  generator: torch.Generator, reference: Reference, episode_id: int = 0,
-                 group_size: int = 1) -> None:
+                 group_size: int = 1, noise: float = 0.0, replay: SuccessReplay | None = None,
+                 actor: WholeTeamActor | None = None) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
-        self.group_size = group_size
+        self.group_size, self.noise, self.replay, self.actor = group_size, noise, replay, actor
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -93,13 +102,17 @@ class Collector:
                     metrics.append(self._finish(ep, transcripts))
         return rollout, metrics, transcripts
 
-    @staticmethod
-    def _finish(ep: _Episode, transcripts: list[dict[str, Any]]) -> dict[str, float]:
+    def _finish(self, ep: _Episode, transcripts: list[dict[str, Any]]) -> dict[str, float]:
         """The episode's metrics; its transcript goes to ``transcripts``."""
         m = ep.tracker.finish()
         transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
                             "return": m.episode_return, "steps": ep.steps})
-        return m.as_dict()
+        if self.replay is not None and m.success:
+            self.replay.add(m.episode_return, ep.decisions)
+        row = m.as_dict()
+        if self.noise > 0:
+            row["noise_swaps"] = float(ep.swaps)
+        return row
 
     def _batch(self, n: int, rollout: Rollout, progress: Progress) -> list[_Episode]:
         if n % self.group_size:
@@ -119,22 +132,39 @@ class Collector:
         return eps
 
     def _tick(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout) -> None:
+        if self.actor is not None:
+            return self._tick_whole_team(batch, live, rollout, self.actor)
         states = batch.states()
         out = self.coordinator.act(states, keep=True, generator=self.generator)
         ref = self.reference(states, out.logp)
-        results = batch.step(out.choices)
+        executed = [perturb(s.candidates, c, self.noise, self.generator) for s, c in zip(states, out.choices)]
+        results = batch.step(executed)
         boot = self._bootstrap(results)
         for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
             c = len(states[k].candidates)
+            ep.swaps += executed[k] != out.choices[k]
+            if self.replay is not None:
+                ep.decisions.append((states[k], executed[k]))
             rollout.append(
-                logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=out.choices[k],
+                logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=executed[k],
                 values=out.values[k], rewards=reward, terminated=info["terminated"],
                 truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
                 bootstrap_values=boot[k], group_id=ep.seed,
             )
             ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
             probs = out.logp[k, : len(states[k].candidates)].exp().tolist()
-            ep.steps.append(step_record(states[k], out.choices[k], reward, info, probs))
+            ep.steps.append(step_record(states[k], executed[k], reward, info, probs))
+
+    def _tick_whole_team(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout,
+                         actor: WholeTeamActor) -> None:
+        states = batch.states()
+        lines, values, handles = actor.act(states, self.generator)
+        results = batch.step(lines)
+        boot = self._bootstrap(results)
+        for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
+            actor.record(rollout, handles[k], float(values[k]), reward, info, ep.id, float(boot[k]), ep.seed)
+            ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
+            ep.steps.append({**step_record(states[k], -1, reward, info), "lines": lines[k]})
 
     def _bootstrap(self, results: list[tuple[TeamState, float, bool, dict[str, Any]]]) -> torch.Tensor:
         """V(s_T) where a time limit that is not part of the task cut the episode, else 0: [B]."""

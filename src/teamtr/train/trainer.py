@@ -38,6 +38,8 @@ from teamtr.train.collect import Collector, TrainSeeds
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.interrupt import resume_hint, uninterrupted
 from teamtr.train.lock import RunLock
+from teamtr.train.replay import ReplayTerm, SuccessReplay
+from teamtr.train.whole_team import WholeTeamActor, token_update
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
 
 #: Consecutive iterations whose every update step was skipped (non-finite loss or gradient) before
@@ -63,9 +65,12 @@ class Trainer:
         self.algo_config = self._algo_config()
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
+        a = config.algo
+        self.replay = SuccessReplay(a.replay_capacity, a.replay_alpha, config.seed) if a.replay_coef > 0 else None
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
                                    torch.Generator().manual_seed(config.seed), self._ref_logp,
-                                   group_size=config.rollout.group_size)
+                                   group_size=config.rollout.group_size, noise=config.policy.noise,
+                                   replay=self.replay, actor=self._whole_team_actor())
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -100,6 +105,14 @@ class Trainer:
             except TeamTRError as err:
                 raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
 
+    def _whole_team_actor(self) -> WholeTeamActor | None:
+        if self.config.team.directives != "whole_team":
+            return None
+        if self.config.algo.name != "ppo":
+            raise TeamTRError(f"team.directives=whole_team trains with token-level PPO; algo.name="
+                              f"{self.config.algo.name!r} is not supported there: set algo.name=ppo.")
+        return WholeTeamActor(self.coordinator, kl_reference=not self._skips_reference())
+
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
         opts.setdefault("total_updates", max(1, self.config.train.iterations))
@@ -118,6 +131,8 @@ class Trainer:
         self.bc_done = state["bc_done"]
         self.collector.generator.set_state(state["generator"])
         self.curriculum.load_state_dict(state.get("curriculum", {}))
+        if self.replay is not None and "replay" in state:  # replay switched on at resume: starts empty
+            self.replay.load_state_dict(state["replay"])
         if self.bc_done or not self.config.bc.enabled:
             self._start_rl()
             load_algo_state(self.algo, load_state(ckpt, "algo"))
@@ -145,6 +160,12 @@ class Trainer:
         self.coordinator.train_only_top(self.config.model.rl_layers)
         self.algo = make_algorithm(self.config.algo.name, self.coordinator.policy_param_groups(),
                                    self.coordinator.value_parameters(), self.algo_config)
+        if self.replay is not None:
+            if not isinstance(self.algo, PPO):
+                raise TeamTRError(f"algo.replay_coef > 0 needs a PPO-family algo.name (ppo, pg, grpo, rloo), not "
+                                  f"{self.config.algo.name!r}; set algo.replay_coef=0.")
+            a = self.config.algo
+            self.algo.auxiliary = ReplayTerm(self.coordinator, self.replay, a.replay_coef, a.replay_batch)
 
     # ------------------------------------------------------------------ pieces
     @property
@@ -218,7 +239,10 @@ class Trainer:
         twice = double_backward_attention() if self.algo.needs_double_backward else contextlib.nullcontext()
         try:
             with twice:
-                metrics = self.algo.update(evaluate, rollout)
+                if self.collector.actor is not None:
+                    metrics = token_update(self.algo, self.collector.actor, rollout, self.config.algo.token_level)
+                else:
+                    metrics = self.algo.update(evaluate, rollout)
         finally:
             progress.close()
             self.coordinator.after_update()
@@ -228,11 +252,12 @@ class Trainer:
 
     def evaluate(self, episodes: int, suite: str = "heldout", **overrides: Any) -> dict[str, float]:
         from teamtr.eval.evaluate import run_episodes
-        from teamtr.eval.policies import CoordinatorPolicy
+        from teamtr.eval.policies import CoordinatorPolicy, WholeTeamPolicy
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
+        policy = WholeTeamPolicy if self.collector.actor is not None else CoordinatorPolicy
         result = run_episodes(self.config.env.name, {**self.options, **overrides},
-                              CoordinatorPolicy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
+                              policy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})")
         return summarize(result)
 
@@ -286,6 +311,8 @@ class Trainer:
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
         line = {**ep, **metrics, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
                 "perf/iteration_s": time.perf_counter() - t0, "perf/decisions": len(rollout)}
+        if self.replay is not None:
+            line["replay/size"] = len(self.replay)
         if self.curriculum.stages:
             line["curriculum/stage"] = self.curriculum.stage  # the stage this iteration trained on
             self.curriculum.record(ep["episode/success"])
@@ -315,7 +342,8 @@ class Trainer:
             path = save_checkpoint(
                 self.run_dir, self.iteration, self.coordinator, self.algo,
                 {"train_seed": self.seeds.next, "episode_id": self.collector.episode_id, "bc_done": self.bc_done,
-                 "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict()},
+                 "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict(),
+                 **({"replay": self.replay.state_dict()} if self.replay is not None else {})},
                 keep=self.config.train.keep_checkpoints,
             )
             write_model_card(self.run_dir, path)

@@ -1,0 +1,177 @@
+"""Training in whole-team mode (``team.directives: whole_team``): collect decoded whole-team directives,
+then the token-level PPO update (``rl.losses.token_policy_terms``).
+
+The per-decision fields (values, rewards, episode ends) go into an ordinary ``Rollout`` with one
+dummy candidate per decision, so GAE over decisions, advantage normalisation and minibatching are the
+candidate mode's own; each row's ``handles`` indexes a ``TokenDecision`` here that holds what the
+token-level loss needs: the prompt, the grammar, the output's tokens and the acting and reference
+policies' per-token distributions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from teamtr.policy.coordinator import Coordinator
+from teamtr.policy.decoding import GrammarDecision
+from teamtr.policy.whole_team import act_whole_team, dense, score_whole_team
+from teamtr.rl import PPO, Rollout
+from teamtr.rl.algorithms import EpochLog, step_row, summarise
+from teamtr.rl.losses import clipped_value_loss, explained_variance, token_policy_terms
+from teamtr.rl.rollout import Minibatch
+from teamtr.team import TeamState
+
+_DUMMY_LOGP = torch.zeros(1)  # the one dummy candidate of each decision's Rollout row
+_DUMMY_MASK = torch.ones(1, dtype=torch.bool)
+
+
+@dataclass
+class TokenDecision:
+    """One whole-team decision as the update reads it (T output tokens, K most valid tokens)."""
+
+    prefix: tuple[int, ...]
+    decision: GrammarDecision
+    tokens: tuple[int, ...]
+    logp: torch.Tensor  # [T] acting policy's log-prob of each token taken
+    branch: torch.Tensor  # [T, K] acting policy's masked next-token log-probs
+    ref_branch: torch.Tensor  # [T, K] the reference policy's
+    valid: torch.Tensor  # [T, K] bool
+    branching: torch.Tensor  # [T] bool
+
+
+class WholeTeamActor:
+    """Acts for a ``Collector`` in whole-team mode and keeps its decisions for the update."""
+
+    def __init__(self, coordinator: Coordinator, kl_reference: bool) -> None:
+        self.coordinator, self.kl_reference = coordinator, kl_reference
+        self.store: list[TokenDecision] = []
+
+    def act(self, states: Sequence[TeamState], generator: torch.Generator
+            ) -> tuple[list[list[int]], torch.Tensor, list[int]]:
+        """Decode each state's directive; return its lines (for ``Team.step``), values [B], handles."""
+        out = act_whole_team(self.coordinator, states, generator=generator)
+        handles = [-1] * len(states)
+        for scores, rows in zip(out.scores, out.groups):
+            branch, valid = dense(scores)
+            ref = self._reference([out.decisions[i] for i in rows], [out.tokens[i] for i in rows], branch)
+            for j, i in enumerate(rows):
+                n = len(out.tokens[i])
+                handles[i] = len(self.store)
+                self.store.append(TokenDecision(out.decisions[i][0], out.decisions[i][1], out.tokens[i],
+                                                scores.logp[j, :n].cpu(), branch[j, :n].cpu(), ref[j, :n].cpu(),
+                                                valid[j, :n].cpu(), scores.branching[j, :n].cpu()))
+        return out.lines, out.values, handles
+
+    @torch.no_grad()
+    def _reference(self, decisions: list, tokens: list, branch: torch.Tensor) -> torch.Tensor:
+        """The base model's per-token distributions of the same outputs (the acting ones without a KL term)."""
+        if not self.kl_reference:
+            return branch
+        with self.coordinator.disable_adapter():
+            scores, _ = score_whole_team(self.coordinator, decisions, tokens)
+        return dense(scores)[0]
+
+    def record(self, rollout: Rollout, handle: int, value: float, reward: float, info: dict[str, Any],
+               episode: int, bootstrap: float, group: int) -> None:
+        """Append the decision of ``handle`` to ``rollout`` (one dummy candidate, see the module docstring)."""
+        rollout.append(logp=_DUMMY_LOGP, ref_logp=_DUMMY_LOGP, mask=_DUMMY_MASK, actions=0, values=value,
+                       rewards=reward,
+                       terminated=info["terminated"], truncated=info["truncated"], episode_id=episode,
+                       handles=handle, bootstrap_values=bootstrap, group_id=group)
+
+
+def _pad(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool) -> torch.Tensor:
+    """Stack [t(, k)] tensors into [B, T(, K)], padding with ``fill``."""
+    out = []
+    for r in rows:
+        pad = (0, T - r.shape[0]) if K is None else (0, K - r.shape[1], 0, T - r.shape[0])
+        out.append(nn.functional.pad(r.float() if r.dtype != torch.bool else r, pad, value=fill))
+    return torch.stack(out)
+
+
+def _minibatch_terms(algo: PPO, actor: WholeTeamActor, mb: Minibatch, ent_coef: float, kl_coef: float,
+                     token_level: bool) -> tuple:
+    """The token-level policy terms and the value loss of one minibatch (one static prefix)."""
+    c = algo.config
+    items = [actor.store[int(h)] for h in mb.handles]
+    s, values = score_whole_team(actor.coordinator, [(d.prefix, d.decision) for d in items], [d.tokens for d in items])
+    new_branch, _ = dense(s)
+    T, K = new_branch.shape[1], new_branch.shape[2]
+    dev = new_branch.device
+    old_logp = _pad([d.logp for d in items], T, None, 0.0).to(dev)
+    old_b = _pad([d.branch for d in items], T, K, -math.inf).to(dev)
+    ref_b = _pad([d.ref_branch for d in items], T, K, -math.inf).to(dev)
+    valid = _pad([d.valid for d in items], T, K, False).to(dev)
+    t = token_policy_terms(s.logp, old_logp, new_branch, old_b, ref_b, valid, s.branching, mb.advantages.to(dev),
+                           clip_eps=c.clip_eps, ent_coef=ent_coef, kl_coef=kl_coef, token_level=token_level,
+                           report_clip_eps=c.clip_eps)
+    v_loss = clipped_value_loss(values, mb.values.to(dev), mb.returns.to(dev), c.value_clip)
+    return t, values, v_loss
+
+
+def token_update(algo: PPO, actor: WholeTeamActor, rollout: Rollout, token_level: bool = True) -> dict[str, float]:
+    """PPO's epochs x minibatches with the token-level loss; the same schedules, optimiser, early stop
+    and metrics as ``PPO.update``. Minibatches hold decisions of one static prefix each; ``token_level``:
+    per-token ratios, else one per decision (``algo.token_level``)."""
+    c = algo.config
+    algo._prepare(rollout)
+    mult, ent_coef, kl_coef = algo.lr_multiplier, algo.ent_coef, algo.kl.value
+    for g in algo.optimizer.param_groups:
+        g["lr"] = g["base_lr"] * mult
+    limit = c.early_stop_factor * c.target_kl if c.early_stop_factor is not None else math.inf
+    skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
+    for _ in range(c.epochs):
+        batches = _by_prefix(rollout, actor, c.minibatch_size, algo.generator)
+        per_epoch = max(len(batches), 1)
+        epoch = _epoch(algo, actor, batches, ent_coef, kl_coef, token_level, limit)
+        skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
+        if epoch.rows or not last.rows:
+            last = epoch
+        if epoch.stopped:
+            break
+    metrics = summarise(last.rows)
+    metrics["value/explained_variance"] = (explained_variance(torch.cat(last.values), torch.cat(last.returns))
+                                           if last.values else float("nan"))
+    metrics.update({"optim/skipped_steps": float(skipped), "optim/epochs_run": steps / per_epoch})
+    metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
+    if math.isfinite(metrics["policy/kl_ref_new"]):
+        algo.kl.update(metrics["policy/kl_ref_new"], len(rollout))
+    algo.updates_done += 1
+    actor.store.clear()
+    return metrics
+
+
+def _epoch(algo: PPO, actor: WholeTeamActor, batches: list[Minibatch], ent_coef: float, kl_coef: float,
+           token_level: bool, kl_limit: float) -> EpochLog:
+    """One pass over ``batches``, at most one step each; stops before a step out of the trust region."""
+    c, log = algo.config, EpochLog()
+    for mb in batches:
+        t, values, v_loss = _minibatch_terms(algo, actor, mb, ent_coef, kl_coef, token_level)
+        if float(t.kl_old_new) > kl_limit:
+            log.stopped = True
+            break
+        norms = algo._step(-t.objective + c.vf_coef * v_loss)
+        if norms is None:
+            log.skipped += 1
+            continue
+        log.values.append(values.detach().cpu())
+        log.returns.append(mb.returns)
+        log.rows.append(step_row(t, v_loss, norms))
+    return log
+
+
+def _by_prefix(rollout: Rollout, actor: WholeTeamActor, size: int, generator: torch.Generator) -> list[Minibatch]:
+    """Shuffled minibatches of at most ``size`` decisions, each of one static prefix."""
+    out = []
+    for mb in rollout.minibatches(size, generator):
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for k, h in enumerate(mb.handles.tolist()):
+            groups.setdefault(actor.store[h].prefix, []).append(k)
+        out += [rollout.subset(mb.index[torch.tensor(ks)]) for ks in groups.values()]
+    return out
