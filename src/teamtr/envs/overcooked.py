@@ -62,11 +62,16 @@ class OvercookedWorld:
     (the coordinator decides at least every k ticks, default 10), ``shaped`` (add the game's shaped
     sub-goal rewards to ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome, default 1).
     ``tick_reward`` after each ``step``: 20 per delivered soup (+ shaped rewards when ``shaped``).
+    Each delivery is also a ``soup`` event: the headline metric ``soups`` (soups per episode) counts them.
+    The expert (``expert_directive``) is a hand-written heuristic, not an oracle: its rows are
+    called ``heuristic``.
     """
 
     name = "overcooked"
     team_size_option = None  # the layouts are drawn for two cooks
     vocabulary_option = None
+    expert_name = "heuristic"  # expert_directive is a hand-written rule, not an optimal planner
+    headline_metrics = {"soups": "soup"}  # soups delivered per episode (one ``soup`` event each)
 
     def __init__(
         self,
@@ -243,7 +248,7 @@ class OvercookedWorld:
                 events.append(Event("milestone", agent, "onion in pot"))
             if flags["soup_delivery"][i]:
                 self.soups += 1
-                events.append(Event("milestone", agent, "soup delivered"))
+                events += [Event("milestone", agent, "soup delivered"), Event("soup", agent, "soup delivered")]
             d = self.in_force[agent]
             self.just_done[agent] = d is not None and chef.effect_done(d.task, flags, i, before, self.state, self.mdp)
             stuck = d is not None and self.check(agent, d) is not None
