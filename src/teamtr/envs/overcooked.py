@@ -13,6 +13,7 @@ right feature with the motion planner and interacts. Sub-task logic lives in ``o
 
 from __future__ import annotations
 
+import math
 import random
 from typing import Any
 
@@ -33,6 +34,7 @@ LAYOUTS: dict[str, str] = {
 }
 
 SOUP_REWARD = 20.0  # the game's sparse reward per delivered onion soup
+GOAL_SOUPS_PER_400 = 6  # default goal per 400 ticks: above random play, below the heuristic (see OvercookedWorld)
 
 _MOTION: dict[str, tuple[int, int]] = {"up": (0, -1), "down": (0, 1), "right": (1, 0), "left": (-1, 0)}
 ACTIONS: tuple[str, ...] = ("up", "down", "left", "right", "stay", "interact")
@@ -60,7 +62,11 @@ class OvercookedWorld:
 
     Options: ``layout`` (one of ``LAYOUTS``), ``horizon`` (ticks, default 400), ``decision_every``
     (the coordinator decides at least every k ticks, default 10), ``shaped`` (add the game's shaped
-    sub-goal rewards to ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome, default 1).
+    sub-goal rewards to ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome; default
+    ``GOAL_SOUPS_PER_400`` = 6 per 400 ticks of horizon, rounded up: over 20 held-out seeds of 400
+    ticks random directives served at most 5 soups on every layout (means 0.9-4.1) and the heuristic
+    at least 7 (means 8.5-14), so success separates the two; one soup, the old default, let random
+    play "succeed").
     ``tick_reward`` after each ``step``: 20 per delivered soup (+ shaped rewards when ``shaped``).
     Each delivery is also a ``soup`` event: the headline metric ``soups`` (soups per episode) counts them.
     The expert (``expert_directive``) is a hand-written heuristic, not an oracle: its rows are
@@ -79,11 +85,13 @@ class OvercookedWorld:
         horizon: int = 400,
         decision_every: int = 10,
         shaped: bool = False,
-        goal_soups: int = 1,
+        goal_soups: int | None = None,
     ) -> None:
         check_choice(self.name, "layout", layout, tuple(LAYOUTS))
         check_int(self.name, "horizon", horizon, 1, 100_000)
         check_int(self.name, "decision_every", decision_every, 1, 100_000)
+        if goal_soups is None:
+            goal_soups = math.ceil(GOAL_SOUPS_PER_400 * horizon / 400)
         check_int(self.name, "goal_soups", goal_soups, 0, 1_000)
         if not isinstance(shaped, bool):
             raise TeamTRError(f"{self.name}: option shaped={shaped!r} is not allowed; allowed: true, false.")
