@@ -124,3 +124,21 @@ def _expert():
     from teamtr.eval.policies import OraclePolicy
 
     return OraclePolicy()
+
+
+def test_spread_heads_its_tables_with_landmarks_covered():
+    pytest.importorskip("mpe2")
+    assert table_columns("spread")[:2] == ("success", "landmarks_covered")
+
+
+def test_report_orders_the_final_table_by_its_columns(tmp_path):
+    import json
+
+    from teamtr.telemetry.report import _final_table
+
+    rows = {"heuristic": {"success": 1.0, "return": 2.0, "soups": 8.5, "events/soup": 8.5}}
+    (tmp_path / "final_eval.json").write_text(json.dumps({"columns": ["success", "soups", "return"], "rows": rows}))
+    html = _final_table(tmp_path)
+    heads = [h.split("</th>")[0] for h in html.split("<th>")[1:]]
+    assert heads == ["policy", "success", "soups", "return", "events/soup"]
+    assert "<td>heuristic</td><td>1.000</td><td>8.500</td><td>2.000</td>" in html

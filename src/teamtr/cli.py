@@ -135,7 +135,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     print(format_table(rows, table_columns(env)))
     if args.json:
         write_json(Path(args.json), {"env": env, "options": options, "episodes": args.episodes,
-                                     "seed": args.seed, "rows": rows})
+                                     "seed": args.seed, "columns": list(table_columns(env)), "rows": rows})
         print(f"wrote {args.json}")
     return 0
 
@@ -384,7 +384,8 @@ def build_parser() -> argparse.ArgumentParser:
               "  teamtr eval --policy oracle random noop first --env software-team --set env.engineers=4\n"
               "  teamtr eval --checkpoint runs/default --suite generalisation --episodes 200\n", cmd_eval)
     ev.add_argument("--policy", nargs="+", choices=sorted(eval_policies.POLICIES),
-                    help="default: trained with --checkpoint, else oracle")
+                    help="default: trained with --checkpoint, else the world's expert (oracle, or heuristic: "
+                    "either word; the row takes the world's)")
     ev.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder")
     ev.add_argument("--config", help=f"config for LLM policies (default: the run's, else {DEFAULT_CONFIG})")
     ev.add_argument("--env", help="world: a registered name or module:Class (default: the config's env.name)")

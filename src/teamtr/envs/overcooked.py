@@ -34,7 +34,14 @@ LAYOUTS: dict[str, str] = {
 }
 
 SOUP_REWARD = 20.0  # the game's sparse reward per delivered onion soup
-GOAL_SOUPS_PER_400 = 6  # default goal per 400 ticks: above random play, below the heuristic (see OvercookedWorld)
+#: Default goal per layout, in soups per 400 ticks. Measured on held-out seeds (20 per layout and
+#: policy, `teamtr eval --env overcooked --set env.layout=L --policy random heuristic noop`; soups
+#: served, min-max): random directives cramped_room 0-4, asymmetric_advantages 2-6, coordination_ring
+#: 1-5, forced_coordination 0-3, counter_circuit 0-3; the heuristic 7-10, 14, 9-11, 12, 7-9. One
+#: soup, the old default, let random play "succeed" everywhere. Left alone (noop) the chefs' own
+#: greedy rule serves about as many as the heuristic: a coordinator must beat the noop row, not the goal.
+GOAL_SOUPS: dict[str, int] = {"cramped_room": 6, "asymmetric_advantages": 10, "coordination_ring": 7,
+                              "forced_coordination": 7, "counter_circuit": 6}
 
 _MOTION: dict[str, tuple[int, int]] = {"up": (0, -1), "down": (0, 1), "right": (1, 0), "left": (-1, 0)}
 ACTIONS: tuple[str, ...] = ("up", "down", "left", "right", "stay", "interact")
@@ -63,10 +70,8 @@ class OvercookedWorld:
     Options: ``layout`` (one of ``LAYOUTS``), ``horizon`` (ticks, default 400), ``decision_every``
     (the coordinator decides at least every k ticks, default 10), ``shaped`` (add the game's shaped
     sub-goal rewards to ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome; default
-    ``GOAL_SOUPS_PER_400`` = 6 per 400 ticks of horizon, rounded up: over 20 held-out seeds of 400
-    ticks random directives served at most 5 soups on every layout (means 0.9-4.1) and the heuristic
-    at least 7 (means 8.5-14), so success separates the two; one soup, the old default, let random
-    play "succeed").
+    the layout's ``GOAL_SOUPS`` per 400 ticks of horizon, rounded up: above what random directives
+    serve, below what the heuristic coordinator serves, so that success separates the two).
     ``tick_reward`` after each ``step``: 20 per delivered soup (+ shaped rewards when ``shaped``).
     Each delivery is also a ``soup`` event: the headline metric ``soups`` (soups per episode) counts them.
     The expert (``expert_directive``) is a hand-written heuristic, not an oracle: its rows are
@@ -91,7 +96,7 @@ class OvercookedWorld:
         check_int(self.name, "horizon", horizon, 1, 100_000)
         check_int(self.name, "decision_every", decision_every, 1, 100_000)
         if goal_soups is None:
-            goal_soups = math.ceil(GOAL_SOUPS_PER_400 * horizon / 400)
+            goal_soups = math.ceil(GOAL_SOUPS[layout] * horizon / 400)
         check_int(self.name, "goal_soups", goal_soups, 0, 1_000)
         if not isinstance(shaped, bool):
             raise TeamTRError(f"{self.name}: option shaped={shaped!r} is not allowed; allowed: true, false.")
