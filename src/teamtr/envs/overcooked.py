@@ -36,9 +36,9 @@ LAYOUTS: dict[str, str] = {
 SOUP_REWARD = 20.0  # the game's sparse reward per delivered onion soup
 #: Default goal per layout, in soups per 400 ticks. Measured on held-out seeds (20 per layout and
 #: policy, `teamtr eval --env overcooked --set env.layout=L --policy random heuristic noop`; soups
-#: served, min-max): random directives cramped_room 0-4, asymmetric_advantages 2-6, coordination_ring
-#: 1-5, forced_coordination 0-3, counter_circuit 0-3; the heuristic 7-10, 14, 9-11, 12, 7-9. One
-#: soup, the old default, let random play "succeed" everywhere. Left alone (noop) the chefs' own
+#: served, min-max): random directives cramped_room 0-4, asymmetric_advantages 2-7, coordination_ring
+#: 1-5, forced_coordination 0-3, counter_circuit 0-3; the heuristic 7-10, 14, 9-11, 12, 7-9. A goal
+#: of one soup would let random play "succeed" everywhere. Left alone (noop) the chefs' own
 #: greedy rule serves about as many as the heuristic: a coordinator must beat the noop row, not the goal.
 GOAL_SOUPS: dict[str, int] = {"cramped_room": 6, "asymmetric_advantages": 10, "coordination_ring": 7,
                               "forced_coordination": 7, "counter_circuit": 6}
