@@ -76,13 +76,13 @@ def test_eval_errors_are_one_line_for_people(capsys):
 
 
 def test_play_lets_a_person_coordinate(monkeypatch, capsys):
-    team = Team(make("escape-room"))  # the oracle's choices for seed 1, typed by the "person"
+    team = Team(make("escape-room"), history_len=1)  # the oracle's directives for seed 1, typed as text
     state, done, moves = team.reset(1), False, ["x"]
     while not done:
-        moves.append(str(state.expert))
+        moves.append(state.candidates[state.expert].text)
         state, _, done, _ = team.step(state.expert)
     monkeypatch.setattr("sys.stdin", io.StringIO("\n".join(moves) + "\n"))
     assert main(["play", "escape-room", "--seed", "1"]) == 0
     out = capsys.readouterr().out
-    assert "   8. agent_C: fetch the map" in out and "type a number from 0 to" in out
+    assert ". agent_C: fetch the map" in out and "'x' is no directive now" in out
     assert "episode over: success after 9 ticks" in out

@@ -8,7 +8,7 @@ import torch
 from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.eval.policies import (POLICIES, CoordinatorPolicy, MergedPolicy, OraclePolicy, RandomPolicy,
-                                  ZeroShotPolicy, build_policies)
+                                  ZeroShotPolicy, build_policies, decision_key)
 from teamtr.team import Team
 
 
@@ -54,7 +54,9 @@ def test_baselines_and_factory():
     assert built["noop"].choose(s) == [len(x.candidates) - 1 for x in s]
     assert built["random"].choose(s) == RandomPolicy(3).choose(s)  # seeded by the factory's seed
     assert isinstance(built["oracle"], OraclePolicy)
-    assert set(POLICIES) == {"random", "first", "noop", "oracle", "trained", "zero-shot"}
+    assert set(POLICIES) == {"random", "first", "noop", "oracle", "heuristic", "trained", "zero-shot"}
+    assert isinstance(built_expert := build_policies(["heuristic"])["heuristic"], OraclePolicy)
+    assert built_expert.choose(s) == [x.expert for x in s]
 
 
 def test_coordinator_policies_share_one_lazily_built_coordinator():
@@ -71,7 +73,10 @@ def test_coordinator_policies_share_one_lazily_built_coordinator():
     s = states(20)
     assert built["zero-shot"].choose(s) == [0] * 20 and made[0].adapter_on  # adapter off only inside
     assert built["trained"].choose(s) == [1] * 20
-    assert made[0].calls[-2:] == [16, 4]  # chunks of 16 decisions
+    distinct = len({decision_key(x) for x in s})  # seeds with the same start share one prompt
+    assert 16 < distinct < 20 and made[0].calls[-2:] == [16, distinct - 16]  # chunks of 16 distinct prompts
+    calls = len(made[0].calls)
+    assert built["trained"].choose(s[:5]) == [1] * 5 and len(made[0].calls) == calls  # all memoised
     with built["trained"].session():
         pass
     assert made[0].merges == 1

@@ -23,6 +23,7 @@ FLOORS: dict[str, set[str]] = {
     "envs": {"core", "atomic"},
     "team": {"core", "agents", "rewards"},
     "gym": {"core", "envs", "team", "agents", "rewards"},
+    "play": {"core", "team"},
     "pettingzoo": {"core", "envs", "team", "agents", "rewards", "gym"},
     "rl": {"core"},
     "rl.settings": {"core"},

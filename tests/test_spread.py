@@ -95,7 +95,8 @@ def test_events_rewards_and_outcome() -> None:
         events = world.step({a: world.plan(a, None) for a in world.agents})
         kinds += [e.kind for e in events]
         rewards.append(world.tick_reward)
-    assert set(kinds) <= set(EVENT_KINDS) and kinds[-1] == world.outcome()
+    assert set(kinds) <= {*EVENT_KINDS, "covered_at_end"} and kinds[-1] == world.outcome()
+    assert kinds.count("covered_at_end") == len(world.covered())  # the headline landmarks_covered
     assert world.truncated() and world.t == world.horizon  # MPE's max cycles are a cut, not the task's end
     assert all(r <= 0 for r in rewards)  # -distance and -collisions: never positive
     assert kinds.count("milestone") >= len(world.covered())

@@ -30,7 +30,7 @@ from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
 from teamtr.eval import policies as eval_policies
-from teamtr.eval.suites import evaluate_table, suites
+from teamtr.eval.suites import evaluate_table, suites, table_columns
 from teamtr.serve import add_commands
 from teamtr.team import Team
 from teamtr.telemetry.metrics import METRICS
@@ -54,14 +54,15 @@ def cmd_envs(_: argparse.Namespace) -> int:
     return 0
 
 
-def format_table(rows: dict[str, dict[str, float]]) -> str:
-    """A plain-text table: one row per label, one column per metric."""
+def format_table(rows: dict[str, dict[str, float]], columns: Sequence[str] = METRICS) -> str:
+    """A plain-text table: one row per label, one column per metric (``table_columns(env)``: the
+    world's headline metrics too)."""
     width = max(8, *map(len, rows))
-    sizes = {c: max(8, len(c)) for c in METRICS}
-    head = f"{'policy':<{width}} " + " ".join(f"{c:>{sizes[c]}}" for c in METRICS)
+    sizes = {c: max(8, len(c)) for c in columns}
+    head = f"{'policy':<{width}} " + " ".join(f"{c:>{sizes[c]}}" for c in columns)
     lines = [head, "-" * len(head)]
     for label, row in rows.items():
-        lines.append(f"{label:<{width}} " + " ".join(f"{row[c]:>{sizes[c]}.3f}" for c in METRICS))
+        lines.append(f"{label:<{width}} " + " ".join(f"{row[c]:>{sizes[c]}.3f}" for c in columns))
     return "\n".join(lines)
 
 
@@ -131,10 +132,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
                           history_len=config.team.history_len)
     shown = ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
     print(f"{env} ({shown}), {args.episodes} episodes from seed {args.seed}")
-    print(format_table(rows))
+    print(format_table(rows, table_columns(env)))
     if args.json:
         write_json(Path(args.json), {"env": env, "options": options, "episodes": args.episodes,
-                                     "seed": args.seed, "rows": rows})
+                                     "seed": args.seed, "columns": list(table_columns(env)), "rows": rows})
         print(f"wrote {args.json}")
     return 0
 
@@ -200,10 +201,15 @@ def _train_config(args: argparse.Namespace) -> Config:
 
 
 def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
-    """The end-of-run table on held-out seeds: trained, zero-shot, random and oracle."""
-    n = config.train.final_eval_episodes
-    policies = eval_policies.build_policies(("trained", "zero-shot", "random", "oracle"), seed=config.seed,
+    """The end-of-run table on held-out seeds: trained, zero-shot, random and the world's expert
+    (``oracle``, or ``heuristic``), on the trainer's model (zero-shot: its adapter switched off)."""
+    from teamtr.envs import world_class
+
+    env = config.env.name
+    expert = eval_policies.expert_name(world_class(env))
+    policies = eval_policies.build_policies(("trained", "zero-shot", "random", expert), seed=config.seed,
                                             coordinator=trainer.coordinator)
+    n = config.train.final_eval_episodes
     counts = {name: n for name in policies}
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
     off = config.train.eval_seed_offset
@@ -211,15 +217,16 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer
     for name, policy in policies.items():
         if counts[name]:
-            rows.update(evaluate_table(config.env.name, {"heldout": config.env.options()}, {name: policy},
+            rows.update(evaluate_table(env, {"heldout": config.env.options()}, {name: policy},
                                        list(range(off, off + counts[name])), rewards=trainer.rewards,
                                        history_len=config.team.history_len, transcripts=transcripts))
     shown = ", ".join(f"{k} {v}" for k, v in counts.items())
-    print(f"\n{config.env.name}: held-out seeds from {off} ({shown} episodes)")
-    print(format_table(rows))
+    print(f"\n{env}: held-out seeds from {off} ({shown} episodes)")
+    columns = table_columns(env)
+    print(format_table(rows, columns))
     run_dir = Path(config.run_dir)
     atomic_write_text(run_dir / "eval_transcripts.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
-    write_json(run_dir / "final_eval.json", {"episodes": counts, "rows": rows})
+    write_json(run_dir / "final_eval.json", {"episodes": counts, "columns": list(columns), "rows": rows})
     return rows
 
 
@@ -323,30 +330,25 @@ def cmd_doctor(args: argparse.Namespace) -> int:
 
 
 def cmd_play(args: argparse.Namespace) -> int:
-    config = _config(None, _with_env(args.env, args.set))
-    team = Team(make(config.env.name, **config.env.options()))
-    state = team.reset(args.seed)
-    print(state.task)
-    total = 0.0
-    while True:
-        print(f"\n{state.state}")
-        if state.history:
-            print("recent: " + " | ".join(state.history))
-        for i, candidate in enumerate(state.candidates):
-            print(f"  {i:>2}. {candidate.text}")
-        answer = input("your directive (number, q to quit)> ").strip()
-        if answer.lower() in ("q", "quit"):
-            return 0
-        if not answer.isdigit() or int(answer) >= len(state.candidates):
-            print(f"type a number from 0 to {len(state.candidates) - 1}, or q")
-            continue
-        state, reward, done, step_info = team.step(int(answer))
-        total += reward
-        shown = ", ".join(f"{e.kind}({e.agent or ''})" for e in step_info["events"]) or "none"
-        print(f"reward {reward:+.2f} (total {total:+.2f}); events: {shown}")
-        if done:
-            print(f"\nepisode over: {step_info['outcome']} after {state.tick} ticks, return {total:+.2f}")
-            return 0
+    """Play one episode as the coordinator (``teamtr.play``); with ``--checkpoint`` the trained
+    coordinator shows its top 3 each tick, and with ``--auto`` plays on its own."""
+    from teamtr.play import play
+
+    if args.auto and not args.checkpoint:
+        raise TeamTRError("--auto needs --checkpoint RUN_DIR (a trained coordinator to play).")
+    checkpoint, run_dir = resolve_checkpoint(args.checkpoint) if args.checkpoint else (None, None)
+    config = _config(None, _with_env(args.env, args.set), run_dir)
+    team = Team(make(config.env.name, **config.env.options()), rewards=config.rewards.composer(),
+                history_len=config.team.history_len)
+    advisor = None
+    if checkpoint is not None:
+        policy = build_policies(["trained"], config, checkpoint, args.seed)["trained"]
+
+        def advisor(state: Any) -> list[float]:
+            policy.choose([state])
+            return policy.last_probs[0]
+
+    return play(team, args.seed, advisor, auto=args.auto)
 
 
 def _positive_int(text: str) -> int:
@@ -404,7 +406,8 @@ def build_parser() -> argparse.ArgumentParser:
               "  teamtr eval --policy oracle random noop first --env software-team --set env.engineers=4\n"
               "  teamtr eval --checkpoint runs/default --suite generalisation --episodes 200\n", cmd_eval)
     ev.add_argument("--policy", nargs="+", choices=sorted(eval_policies.POLICIES),
-                    help="default: trained with --checkpoint, else oracle")
+                    help="default: trained with --checkpoint, else the world's expert (oracle, or heuristic: "
+                    "either word; the row takes the world's)")
     ev.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder")
     ev.add_argument("--config", help=f"config for LLM policies (default: the run's, else {DEFAULT_CONFIG})")
     ev.add_argument("--env", help="world: a registered name or module:Class (default: the config's env.name)")
@@ -430,10 +433,15 @@ def build_parser() -> argparse.ArgumentParser:
               cmd_doctor)
     dr.add_argument("run_dir")
     dr.add_argument("--strict", action="store_true", help="exit 1 when something is found")
-    play = _sub(sub, "play", "be the coordinator yourself, in the terminal",
-                "  teamtr play escape-room --set env.names=heldout\n", cmd_play)
-    play.add_argument("env", nargs="?", default=None)
+    play = _sub(sub, "play", "be the coordinator yourself, in the terminal, or watch a trained one",
+                "  teamtr play escape-room --set env.names=heldout\n"
+                "  teamtr play --checkpoint runs/default          its top 3 suggestions each tick\n"
+                "  teamtr play --checkpoint runs/default --auto   it plays on its own (greedy)\n", cmd_play)
+    play.add_argument("env", nargs="?", default=None, help="world (default: the run's, else the config's)")
     play.add_argument("--seed", type=int, default=0)
+    play.add_argument("--checkpoint", metavar="DIR", help="a run directory or checkpoint folder: the trained "
+                      "coordinator suggests its top 3 directives with probabilities")
+    play.add_argument("--auto", action="store_true", help="with --checkpoint: it plays greedily, printing each tick")
     _add_set(play)
     add_commands(sub)  # serve, export
     return parser

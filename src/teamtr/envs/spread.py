@@ -31,12 +31,14 @@ class SpreadWorld:
     (default 5), ``local_ratio`` (the env's collision-penalty weight, default 0.5).
     ``tick_reward`` after each step: the env's reward averaged over agents (the shared global part
     is -sum over landmarks of the nearest agent's distance). Outcome ``success``: every landmark
-    covered (an agent within 0.1) at the end.
+    covered (an agent within 0.1) at the end. At the end one ``covered_at_end`` event per covered
+    landmark: the headline metric ``landmarks_covered`` (0..N per episode) counts them.
     """
 
     name = "spread"
     team_size_option = ("N", 3)
     vocabulary_option = None
+    headline_metrics = {"landmarks_covered": "covered_at_end"}  # landmarks with an agent on them at the end
 
     def __init__(self, N: int = 3, horizon: int = 25, decision_every: int = 5, local_ratio: float = 0.5) -> None:
         check_int(self.name, "N", N, 2, 6)
@@ -236,5 +238,6 @@ class SpreadWorld:
             events.append(Event("milestone", None, f"landmark {j} covered"))
         self._covered = covered
         if self.t >= self.horizon:
+            events += [Event("covered_at_end", None, f"landmark {j}") for j in covered]
             events.append(Event(self.outcome() or "failure", None, f"{len(covered)}/{self.N} landmarks covered"))
         return events

@@ -14,10 +14,10 @@ from typing import Any
 
 from teamtr.core import TeamTRError
 from teamtr.envs import world_class
-from teamtr.eval.policies import Policy
+from teamtr.eval.policies import EXPERT_NAMES, Policy, expert_name
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
-from teamtr.telemetry.metrics import summarize
+from teamtr.telemetry.metrics import METRICS, headline_metrics, summarize
 
 
 def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") -> dict[str, dict[str, Any]]:
@@ -41,19 +41,31 @@ def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") ->
     return out
 
 
+def table_columns(env_name: str) -> tuple[str, ...]:
+    """The columns of world ``env_name``'s tables: ``success``, then its headline metrics (soups
+    delivered, landmarks covered), then the other ``METRICS``."""
+    headline = tuple(headline_metrics(world_class(env_name)))
+    return METRICS[:1] + headline + METRICS[1:]
+
+
 def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]],
                    policies: Mapping[str, Policy], seeds: list[int],
                    rewards: RewardComposer | None = None, history_len: int = 3,
                    transcripts: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
-    """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds`` (each episode's
-    transcript appended to ``transcripts`` when given, labelled with its row)."""
+    """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds``, with the world's
+    headline metrics (``telemetry.metrics.headline_metrics``); each episode's transcript is appended to
+    ``transcripts`` when given, labelled with its row. The expert's row takes the world's word for it
+    (``oracle``, or ``heuristic`` where the expert is a hand-written rule, see ``expert_name``)."""
+    cls = world_class(env_name)
+    headline = headline_metrics(cls)
     rows: dict[str, dict[str, float]] = {}
     for name, policy in policies.items():
+        shown = expert_name(cls) if name in EXPERT_NAMES else name
         # A policy may hold a session open over all its episodes (e.g. an adapter merged once).
         with getattr(policy, "session", contextlib.nullcontext)():
             for suite, opts in suite_options.items():
-                label = name if len(suite_options) == 1 else f"{name} @ {suite}"
+                label = shown if len(suite_options) == 1 else f"{shown} @ {suite}"
                 rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
                                                      history_len=history_len, label=label,
-                                                     transcripts=transcripts))
+                                                     transcripts=transcripts), headline)
     return rows

@@ -18,15 +18,22 @@ A world's own event kinds (those outside ``core.EVENT_KINDS``, such as a relay w
 are counted per kind in ``EpisodeMetrics.other_events``; ``summarize`` adds their mean count per
 episode as ``events/<kind>`` (0 for an episode without them). The columns above stay fixed, so a
 table or a log line has the same keys whatever the world.
+
+**Headline metrics.** A world may name the figure its own task is judged by, as the per-episode count
+of one of its own event kinds: a class attribute ``headline_metrics = {"soups": "soup"}`` (Overcooked:
+soups delivered) or ``{"landmarks_covered": "covered_at_end"}`` (MPE spread: landmarks covered when
+the episode ends). ``summarize(..., headline=...)`` adds each as a column of its own (the mean count
+per episode, 0 when never seen), which the CLI and report tables show right after ``success``.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from teamtr.core import EVENT_KINDS, Directive, Event
+from teamtr.core import EVENT_KINDS, Directive, Event, TeamTRError
 
 METRICS: tuple[str, ...] = (
     "success",
@@ -120,11 +127,24 @@ class EpisodeTracker:
         )
 
 
-def summarize(episodes: Sequence[EpisodeMetrics]) -> dict[str, float]:
-    """Mean of every metric over ``episodes``, plus ``episodes`` (how many) and ``events/<kind>`` (the
-    mean count per episode of each of the worlds' own event kinds seen)."""
+def headline_metrics(world: Any) -> dict[str, str]:
+    """A world's (or world class's) headline metrics: metric name -> the event kind of its own whose
+    count per episode the metric is; ``{}`` when it declares none (see the module docstring)."""
+    declared = dict(getattr(world, "headline_metrics", None) or {})
+    for name, kind in declared.items():
+        if name in METRICS or name == "episodes" or kind in EVENT_KINDS:
+            raise TeamTRError(f"{getattr(world, 'name', world)}: headline metric {name!r} -> {kind!r} is not allowed: "
+                              f"name a new metric (not one of {', '.join(METRICS)}) and an event kind of the "
+                              "world's own (not a built-in one).")
+    return declared
+
+
+def summarize(episodes: Sequence[EpisodeMetrics], headline: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Mean of every metric over ``episodes``, plus ``episodes`` (how many), ``events/<kind>`` (the
+    mean count per episode of each of the worlds' own event kinds seen) and each ``headline`` metric
+    (name -> event kind, from ``headline_metrics``: that kind's mean count per episode)."""
     if not episodes:
-        return {"episodes": 0.0}
+        return {"episodes": 0.0, **dict.fromkeys(headline or {}, 0.0)}
     rows = [episode.as_dict() for episode in episodes]
     out = {name: sum(row[name] for row in rows) / len(rows) for name in METRICS}
     out["episodes"] = float(len(rows))
@@ -132,4 +152,5 @@ def summarize(episodes: Sequence[EpisodeMetrics]) -> dict[str, float]:
     for episode in episodes:
         other.update(episode.other_events)
     out.update({f"events/{kind}": count / len(rows) for kind, count in sorted(other.items())})
+    out.update({name: other[kind] / len(rows) for name, kind in (headline or {}).items()})
     return out

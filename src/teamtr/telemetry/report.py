@@ -174,7 +174,8 @@ def _eval_table(records: list[dict[str, Any]]) -> str:
 
 
 def _final_table(run: Path) -> str:
-    """``final_eval.json`` as a table: one row per policy, the shared metrics first, then the rest."""
+    """``final_eval.json`` as a table: one row per policy, its ``columns`` (else the shared metrics)
+    first, then the rest."""
     path = run / FINAL_EVAL_FILE
     if not path.exists():
         return f"<p>No {FINAL_EVAL_FILE} in this run (it is written after training ends).</p>"
@@ -186,7 +187,10 @@ def _final_table(run: Path) -> str:
     if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
         return f"<p>{html.escape(str(path))} has no rows {{policy: {{metric: value}}}}.</p>"
     present = {key for row in rows.values() for key in row}
-    columns = [m for m in METRICS if m in present] + sorted(present - set(METRICS))
+    # The table's own column order (success, the world's headline metrics, the rest) when it has one.
+    listed = table.get("columns")
+    first = [c for c in listed if c in present] if isinstance(listed, list) else [m for m in METRICS if m in present]
+    columns = first + sorted(present - set(first))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
         f"<tr><td>{html.escape(str(policy))}</td>" + "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns)

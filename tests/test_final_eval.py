@@ -1,0 +1,144 @@
+"""The final evaluation's shortcuts keep every number exact: memoised greedy choices equal scoring
+every state, zero-shot inside its session equals the adapter switched off per call, and the table
+labels the world's expert and shows its headline metrics."""
+
+import pytest
+import torch
+
+from teamtr.eval.evaluate import run_episodes
+from teamtr.eval.policies import CoordinatorPolicy, ZeroShotPolicy, decision_key, expert_name
+from teamtr.eval.suites import evaluate_table, table_columns
+from teamtr.policy.backbone import load_backbone
+from teamtr.policy.coordinator import Coordinator
+from teamtr.telemetry.metrics import METRICS, EpisodeTracker, headline_metrics, summarize
+from teamtr.core import Directive, Event, TeamTRError
+
+SMALL = {"agents": 2, "items": 2, "max_steps": 6}
+SEEDS = list(range(12))
+
+
+class Unmemoised(CoordinatorPolicy):
+    """The slow path: every state scored, every time."""
+
+    def choose(self, states):
+        choices, self.last_probs = self._score(states)
+        return choices
+
+
+@pytest.fixture(scope="module")
+def coordinator():
+    coord = Coordinator(load_backbone("tiny-random", device="cpu"))
+    g = torch.Generator().manual_seed(3)
+    with torch.no_grad():  # a non-zero adapter, so that adapter on and off differ
+        for group in coord.policy_param_groups():
+            for p in group["params"]:
+                p.add_(0.5 * torch.randn(p.shape, generator=g))
+    coord.weights_changed()
+    return coord
+
+
+def test_memoised_greedy_choices_equal_scoring_every_state(coordinator):
+    fast, slow = CoordinatorPolicy(coordinator), Unmemoised(coordinator)
+    fast_log, slow_log = [], []
+    got = run_episodes("escape-room", SMALL, fast, SEEDS, history_len=1, transcripts=fast_log)
+    want = run_episodes("escape-room", SMALL, slow, SEEDS, history_len=1, transcripts=slow_log)
+    assert [m.as_dict() for m in got] == [m.as_dict() for m in want]
+    decisions = sum(len(t["steps"]) for t in slow_log)
+    assert slow.scored == decisions and fast.scored < decisions  # repeated prompts were not scored again
+    assert fast.scored == len(fast.memo)  # each distinct prompt scored exactly once
+    for a, b in zip(fast_log, slow_log):
+        assert [s["choice"] for s in a["steps"]] == [s["choice"] for s in b["steps"]]
+        for x, y in zip(a["steps"], b["steps"]):
+            assert x["probs"] == pytest.approx(y["probs"], abs=1e-5)
+
+
+def test_sampling_policy_memoises_nothing(coordinator):
+    policy = CoordinatorPolicy(coordinator, greedy=False, seed=1)
+    run_episodes("escape-room", SMALL, policy, SEEDS[:4], history_len=1)
+    assert not policy.memo and policy.scored > 0
+
+
+def probs(log):
+    return [p for t in log for s in t["steps"] for p in s["probs"]]
+
+
+def test_zero_shot_session_equals_adapter_off_per_call(coordinator):
+    in_session, per_call, adapter_on = [], [], []
+    evaluate_table("escape-room", {"heldout": SMALL}, {"zero-shot": ZeroShotPolicy(coordinator)}, SEEDS[:4],
+                   history_len=1, transcripts=in_session)
+    run_episodes("escape-room", SMALL, ZeroShotPolicy(coordinator), SEEDS[:4], history_len=1, transcripts=per_call)
+    run_episodes("escape-room", SMALL, CoordinatorPolicy(coordinator), SEEDS[:4], history_len=1,
+                 transcripts=adapter_on)
+    assert probs(in_session) == pytest.approx(probs(per_call), abs=1e-6)
+    # the adapter moves the probabilities, so the equality above says the session switched it off
+    assert max(abs(a - b) for a, b in zip(probs(in_session), probs(adapter_on))) > 1e-3
+
+
+def test_decision_key_is_what_the_prompt_is_built_from():
+    from teamtr.envs import make
+    from teamtr.team import Team
+
+    team = Team(make("escape-room", **SMALL), history_len=1)
+    state = team.reset(0)
+    after = team.step(state.expert)[0]
+    assert decision_key(state) != decision_key(after)
+    assert decision_key(state) == decision_key(Team(make("escape-room", **SMALL), history_len=1).reset(0))
+
+
+def test_expert_row_takes_the_worlds_word_and_headline_metrics_follow_success():
+    pytest.importorskip("overcooked")
+    rows = evaluate_table("overcooked", {"heldout": {"horizon": 60, "goal_soups": 1}}, {"oracle": _expert()}, [0, 1])
+    assert list(rows) == ["heuristic"] and expert_name(_world("overcooked")) == "heuristic"
+    assert expert_name(_world("escape-room")) == "oracle"
+    assert table_columns("overcooked") == ("success", "soups", *METRICS[1:])
+    assert table_columns("escape-room") == METRICS
+    # soups counts the deliveries: exactly the "soup delivered" milestones of the episodes
+    assert rows["heuristic"]["soups"] == rows["heuristic"]["events/soup"]
+
+
+def test_headline_metric_is_the_mean_count_of_its_event_kind():
+    episodes = []
+    for n in (0, 2, 3):
+        tracker = EpisodeTracker(2)
+        tracker.update(Directive("a: x", "a", "x"), [Event("soup")] * n + [Event("milestone")], 1.0)
+        episodes.append(tracker.finish())
+    out = summarize(episodes, {"soups": "soup"})
+    assert out["soups"] == pytest.approx(5 / 3) and out["milestones"] == 1.0
+    assert summarize([], {"soups": "soup"})["soups"] == 0.0
+
+    class Bad:
+        name = "bad"
+        headline_metrics = {"return": "soup"}
+
+    with pytest.raises(TeamTRError, match="headline metric 'return'"):
+        headline_metrics(Bad)
+
+
+def _world(name):
+    from teamtr.envs import world_class
+
+    return world_class(name)
+
+
+def _expert():
+    from teamtr.eval.policies import OraclePolicy
+
+    return OraclePolicy()
+
+
+def test_spread_heads_its_tables_with_landmarks_covered():
+    pytest.importorskip("mpe2")
+    assert table_columns("spread")[:2] == ("success", "landmarks_covered")
+
+
+def test_report_orders_the_final_table_by_its_columns(tmp_path):
+    import json
+
+    from teamtr.telemetry.report import _final_table
+
+    rows = {"heuristic": {"success": 1.0, "return": 2.0, "soups": 8.5, "events/soup": 8.5}}
+    (tmp_path / "final_eval.json").write_text(json.dumps({"columns": ["success", "soups", "return"], "rows": rows}))
+    html = _final_table(tmp_path)
+    heads = [h.split("</th>")[0] for h in html.split("<th>")[1:]]
+    assert heads == ["policy", "success", "soups", "return", "events/soup"]
+    assert "<td>heuristic</td><td>1.000</td><td>8.500</td><td>2.000</td>" in html
