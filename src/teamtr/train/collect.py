@@ -11,6 +11,7 @@ import torch
 from teamtr.core import TeamTRError
 from teamtr.eval.evaluate import step_record
 from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.rewards.judge import Judge
 from teamtr.rl import Rollout
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
@@ -69,14 +70,15 @@ class Collector:
     """Collects training episodes with ``coordinator`` (sampling with ``generator``) in worlds from
     ``make_team``; ``reference(states, logp)`` gives the KL reference's log-probs [B, Cmax].
     ``group_size`` episodes share each world seed (one group, for critic-free baselines: GRPO, RLOO);
-    a batch of ``parallel`` teams holds whole groups."""
+    a batch of ``parallel`` teams holds whole groups. ``judge``: an LLM-judge reward term added to
+    each decision's reward (``rewards.judge``)."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
                  generator: torch.Generator, reference: Reference, episode_id: int = 0,
-                 group_size: int = 1) -> None:
+                 group_size: int = 1, judge: Judge | None = None) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
-        self.group_size = group_size
+        self.group_size, self.judge = group_size, judge
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -123,6 +125,8 @@ class Collector:
         out = self.coordinator.act(states, keep=True, generator=self.generator)
         ref = self.reference(states, out.logp)
         results = batch.step(out.choices)
+        if self.judge is not None:  # every live team's decision judged in one scorer call
+            results = self.judge.apply(results)
         boot = self._bootstrap(results)
         for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
             c = len(states[k].candidates)

@@ -25,6 +25,7 @@ from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
+from teamtr.rewards.judge import Judge
 from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
@@ -63,9 +64,10 @@ class Trainer:
         self.algo_config = self._algo_config()
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
+        self.judge = self._judge()
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
                                    torch.Generator().manual_seed(config.seed), self._ref_logp,
-                                   group_size=config.rollout.group_size)
+                                   group_size=config.rollout.group_size, judge=self.judge)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -99,6 +101,15 @@ class Trainer:
                 make(self.config.env.name, **{**self.options, **stage.env})
             except TeamTRError as err:
                 raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
+
+    def _judge(self) -> Judge | None:
+        """The LLM-judge reward term of ``rewards.judge`` (None when disabled)."""
+        j, model = self.config.rewards.judge, self.config.model
+        if not j.enabled:
+            return None
+        from teamtr.policy.answers import judge_scorer
+
+        return self.config.rewards.judge_from(judge_scorer(j.backbone, self.coordinator, model.device, model.dtype))
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
@@ -277,6 +288,8 @@ class Trainer:
     def _iteration(self, it: int) -> dict[str, Any]:
         """Collect, update and log iteration ``it``; return its metrics line."""
         self.rewards.set_progress(it)
+        if self.judge is not None:
+            self.judge.set_progress(it)
         t0 = time.perf_counter()
         rollout, episodes, transcripts = self.collect()
         t_collect = time.perf_counter() - t0
