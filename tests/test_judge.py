@@ -207,6 +207,49 @@ def test_config_section_and_trainer_wiring(tmp_path):
     assert trainer.judge.calls == ticks < len(steps)  # one call per tick, not one per team
 
 
+def test_remote_scorer_reads_first_token_logprobs_and_sends_the_key_from_the_environment(monkeypatch):
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append((self.path, self.headers.get("Authorization"), body))
+            top = [{"token": " Yes", "logprob": -0.2}, {"token": "Yes", "logprob": -0.5},
+                   {"token": "No", "logprob": -1.7}]
+            reply = json.dumps({"choices": [{"logprobs": {"content": [{"token": " Yes", "logprob": -0.2,
+                                                                         "top_logprobs": top}]}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    monkeypatch.setenv("TEAMTR_TEST_JUDGE_KEY", "sk-secret")
+    try:
+        from teamtr.rewards.judge import RemoteAnswerScorer
+
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        remote = RemoteAnswerScorer(url, model="judge-m", api_key_env="TEAMTR_TEST_JUDGE_KEY", floor=-40.0)
+        assert remote("SYS", ["P1", "P2"], ["Yes", "No", "Maybe"]) == [[-0.2, -1.7, -40.0]] * 2
+        path, auth, body = seen[0]
+        assert path == "/v1/chat/completions" and auth == "Bearer sk-secret" and len(seen) == 2
+        assert body["messages"] == [{"role": "system", "content": "SYS"}, {"role": "user", "content": "P1"}]
+        assert body["max_tokens"] == 1 and body["logprobs"] is True and body["model"] == "judge-m"
+        assert Judge(judge_scorer(url)).scores([state("a")]) == [pytest.approx(1.5)]
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(TeamTRError, match="127.0.0.1"):
+        RemoteAnswerScorer(url, timeout=2)("SYS", ["P"], ["Yes"])
+
+
 @pytest.mark.slow
 def test_real_model_ignores_a_teammate_asking_for_yes():
     from teamtr.eval.policies import RandomPolicy

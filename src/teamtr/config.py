@@ -93,7 +93,10 @@ class JudgeConfig(_Section):
     rubric: str = Field(DEFAULT_RUBRIC, min_length=1)
     weight: float = Field(DEFAULT_WEIGHT, ge=-MAX_REWARD_WEIGHT, le=MAX_REWARD_WEIGHT)
     every: Literal[EVERY] = "decision"  # type: ignore[valid-type]  # judge every decision's outcome, or the final state
-    backbone: str = "same"  # same: the coordinator's backbone with its adapter off; else a backbone name
+    #: same: the coordinator's backbone with its adapter off; an http(s):// OpenAI-compatible API base
+    #: (its key from $OPENAI_API_KEY, never from here); else a backbone name to load
+    backbone: str = "same"
+    remote_model: str = "default"  # the model name a remote judge endpoint expects
     clip: float = Field(DEFAULT_CLIP, gt=0)  # bound of the judge's log-odds before weighting
 
 

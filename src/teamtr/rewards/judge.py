@@ -156,6 +156,60 @@ class Judge:
         return out
 
 
+class RemoteAnswerScorer:
+    """An ``AnswerScorer`` over an OpenAI-compatible chat endpoint (vLLM, llama.cpp server, a hosted API).
+
+    One request per prompt, ``max_tokens: 1`` at temperature 0 with ``logprobs`` and ``top_logprobs``:
+    an answer's log-prob is that of its first token among the reply's top alternatives (stripped of
+    spaces; the best spelling counts), ``floor`` when absent. Not exact like the local scorer: a server
+    reports only its top ``top_logprobs`` tokens, so use one-token answers (``Yes``/``No`` are).
+
+    Args:
+        url: the API base, e.g. ``http://127.0.0.1:8080/v1`` (``/chat/completions`` is appended).
+        model: the model name the server expects.
+        api_key_env: the environment variable holding the API key (never the key itself: it must not
+            reach a config file, a log or a report); unset: no ``Authorization`` header.
+    """
+
+    def __init__(self, url: str, model: str = "default", api_key_env: str = "OPENAI_API_KEY",
+                 timeout: float = 30.0, top_logprobs: int = 20, floor: float = -30.0) -> None:
+        self.url = url.rstrip("/") + "/chat/completions"
+        self.model, self.api_key_env, self.timeout = model, api_key_env, float(timeout)
+        self.top_logprobs, self.floor = int(top_logprobs), float(floor)
+
+    def __call__(self, system: str, prompts: Sequence[str], answers: Sequence[str]) -> list[list[float]]:
+        out = []
+        for prompt in prompts:
+            top = self._first_token_top(system, prompt)
+            out.append([top.get(a.strip(), self.floor) for a in answers])
+        return out
+
+    def _first_token_top(self, system: str, prompt: str) -> dict[str, float]:
+        import os
+        import urllib.error
+        import urllib.request
+
+        body = {"model": self.model, "max_tokens": 1, "temperature": 0, "logprobs": True,
+                "top_logprobs": self.top_logprobs,
+                "messages": [{"role": "system", "content": system}, {"role": "user", "content": prompt}]}
+        headers = {"Content-Type": "application/json"}
+        key = os.environ.get(self.api_key_env)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        request = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=self.timeout) as reply:
+                content = json.loads(reply.read())["choices"][0]["logprobs"]["content"]
+        except (urllib.error.URLError, OSError, ValueError, KeyError, IndexError, TypeError) as err:
+            raise TeamTRError(f"rewards.judge.backbone {self.url}: no logprobs from the judge endpoint "
+                              f"({type(err).__name__}: {err}); check the server runs and returns logprobs.") from None
+        top: dict[str, float] = {}
+        for alt in content[0].get("top_logprobs", []) if content else []:
+            token = str(alt["token"]).strip()
+            top[token] = max(top.get(token, -math.inf), float(alt["logprob"]))
+        return top
+
+
 def yes_probability(score: float) -> float:
     """The normalised P(Yes) / (P(Yes) + P(No)) of a log-odds score."""
     if score >= 0:
@@ -165,4 +219,4 @@ def yes_probability(score: float) -> float:
 
 
 __all__ = ["ANSWERS", "DEFAULT_CLIP", "DEFAULT_RUBRIC", "DEFAULT_WEIGHT", "EVERY", "AnswerScorer", "Judge",
-           "data_block", "quote", "yes_probability"]
+           "RemoteAnswerScorer", "data_block", "quote", "yes_probability"]

@@ -109,7 +109,8 @@ class Trainer:
             return None
         from teamtr.policy.answers import judge_scorer
 
-        return self.config.rewards.judge_from(judge_scorer(j.backbone, self.coordinator, model.device, model.dtype))
+        scorer = judge_scorer(j.backbone, self.coordinator, model.device, model.dtype, j.remote_model)
+        return self.config.rewards.judge_from(scorer)
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
