@@ -114,7 +114,7 @@ def main() -> None:
     parser.add_argument("--out", default="results/judge_auc.json")
     args = parser.parse_args()
 
-    from teamtr.policy.answers import judge_scorer
+    from teamtr.train.judge import judge_scorer
 
     scorer = judge_scorer(args.backbone, device="cpu")
     played = {w: play(w, args.episodes, args.seed) for w in args.worlds}

@@ -130,14 +130,6 @@ class RewardsConfig(_Section):
         schedule = {term: i for term, i in self.start_iteration.items() if term != "judge"}
         return RewardComposer(self.weights or None, schedule=schedule or None)
 
-    def judge_from(self, scorer: Any) -> Any:
-        """The ``rewards.judge.Judge`` of this section, scoring with ``scorer`` (an ``AnswerScorer``)."""
-        from teamtr.rewards.judge import Judge
-
-        j = self.judge
-        return Judge(scorer, j.rubric, weight=j.weight, clip=j.clip, every=j.every,
-                     start_iteration=self.start_iteration.get("judge", 0))
-
 
 class RolloutConfig(_Section):
     episodes: int = Field(16, ge=1)  # episodes per iteration

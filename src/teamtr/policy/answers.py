@@ -1,24 +1,20 @@
 """Exact answer scoring for a judge: log P(answer | system message, user message) in the model's chat
 format, with the prefix-shared ``CandidateScorer`` (the system message is the shared prefix, each user
-message a packed row, the answers its trie). ``teamtr.rewards.judge.Judge`` takes one as its scorer.
-
-``judge_scorer`` builds the judge's scorer from ``rewards.judge.backbone``: ``same`` scores with the
-coordinator's backbone, its adapter switched off (one copy of the weights; the judge is the base model,
-so it does not drift with the policy it judges); an ``http(s)://`` URL asks an OpenAI-compatible
-endpoint (``rewards.judge.RemoteAnswerScorer``); any other name loads that backbone.
+message a packed row, the answers its trie). ``teamtr.rewards.judge.Judge`` takes one as its scorer
+(``teamtr.train.judge`` builds it from the config).
 """
 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, ContextManager, Sequence
+from collections.abc import Callable, Sequence
+from typing import ContextManager
 
 import torch
 
-from teamtr.policy.backbone import Backbone, load_backbone
+from teamtr.policy.backbone import Backbone
 from teamtr.policy.prompts import ChatFormat, TokenCache
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
-from teamtr.rewards.judge import AnswerScorer, RemoteAnswerScorer
 
 
 class ModelAnswerScorer:
@@ -54,16 +50,4 @@ class ModelAnswerScorer:
         return out
 
 
-def judge_scorer(name: str, coordinator: Any = None, device: str = "auto", dtype: str = "auto",
-                 remote_model: str = "default") -> AnswerScorer:
-    """The judge's scorer for ``rewards.judge.backbone`` ``name``: ``same`` (``coordinator``'s backbone,
-    adapter off), an ``http(s)://`` API base (``RemoteAnswerScorer`` asking for ``remote_model``), or a
-    backbone name to load."""
-    if name.startswith(("http://", "https://")):
-        return RemoteAnswerScorer(name, model=remote_model)
-    if name == "same":
-        return ModelAnswerScorer(coordinator.backbone, scorer=coordinator.scorer, context=coordinator.disable_adapter)
-    return ModelAnswerScorer(load_backbone(name, device=device, dtype=dtype))
-
-
-__all__ = ["ModelAnswerScorer", "judge_scorer"]
+__all__ = ["ModelAnswerScorer"]

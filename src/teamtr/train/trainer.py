@@ -25,7 +25,6 @@ from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
-from teamtr.rewards.judge import Judge
 from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
@@ -38,6 +37,7 @@ from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
 from teamtr.train.collect import Collector, TrainSeeds
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.interrupt import resume_hint, uninterrupted
+from teamtr.train.judge import build_judge
 from teamtr.train.lock import RunLock
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
 
@@ -64,7 +64,7 @@ class Trainer:
         self.algo_config = self._algo_config()
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
-        self.judge = self._judge()
+        self.judge = build_judge(config, self.coordinator)
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
                                    torch.Generator().manual_seed(config.seed), self._ref_logp,
                                    group_size=config.rollout.group_size, judge=self.judge)
@@ -101,16 +101,6 @@ class Trainer:
                 make(self.config.env.name, **{**self.options, **stage.env})
             except TeamTRError as err:
                 raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
-
-    def _judge(self) -> Judge | None:
-        """The LLM-judge reward term of ``rewards.judge`` (None when disabled)."""
-        j, model = self.config.rewards.judge, self.config.model
-        if not j.enabled:
-            return None
-        from teamtr.policy.answers import judge_scorer
-
-        scorer = judge_scorer(j.backbone, self.coordinator, model.device, model.dtype, j.remote_model)
-        return self.config.rewards.judge_from(scorer)
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
