@@ -2,8 +2,8 @@
 
 The judge's score of a state is the log-odds of its answer, ``log P("Yes") - log P("No")`` of the first
 answer token after the prompt, computed exactly by an injected ``AnswerScorer`` (this module never
-imports torch; ``teamtr.policy.answers`` wires a model to it). The reward term is
-``weight * clip(score, -clip, clip)``, added to the composer's total under the term name ``judge``.
+imports torch; ``teamtr.train.judge`` wires a model or an endpoint to it). The reward term is
+``weight * clip(score, -clip, clip)``, added to the decision's reward and to its terms as ``judge``.
 
 What the judge reads, and why it cannot be instructed by a teammate: the system message holds the
 instructions, the rubric and the world's task text (the world's own rules, trusted); everything the
