@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from teamtr.core import TeamTRError
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
+from teamtr.rewards.judge import DEFAULT_CLIP, DEFAULT_RUBRIC, DEFAULT_WEIGHT, EVERY
 from teamtr.rl.settings import ALGORITHM_NAMES, AlgoConfig
 
 
@@ -98,10 +99,25 @@ class AlgoSection(BaseModel):
         return dict(self.model_extra or {})
 
 
+class JudgeConfig(_Section):
+    """The LLM-judge reward term (``rewards/judge.py``); its start iteration is ``start_iteration.judge``."""
+
+    enabled: bool = False
+    rubric: str = Field(DEFAULT_RUBRIC, min_length=1)
+    weight: float = Field(DEFAULT_WEIGHT, ge=-MAX_REWARD_WEIGHT, le=MAX_REWARD_WEIGHT)
+    every: Literal[EVERY] = "decision"  # type: ignore[valid-type]  # judge every decision's outcome, or the final state
+    #: same: the coordinator's backbone with its adapter off; an http(s):// OpenAI-compatible API base
+    #: (its key from $OPENAI_API_KEY, never from here); else a backbone name to load
+    backbone: str = "same"
+    remote_model: str = "default"  # the model name a remote judge endpoint expects
+    clip: float = Field(DEFAULT_CLIP, gt=0)  # bound of the judge's log-odds before weighting
+
+
 class RewardsConfig(_Section):
     weights: dict[str, float] = {}
-    #: term -> iteration from which it counts (the seed's "sparse first, dense later")
+    #: term -> iteration from which it counts (the seed's "sparse first, dense later"); ``judge`` too
     start_iteration: dict[str, int] = {}
+    judge: JudgeConfig = JudgeConfig()
 
     @field_validator("weights")
     @classmethod
@@ -124,7 +140,8 @@ class RewardsConfig(_Section):
         """The ``RewardComposer`` these weights describe (it validates the term names)."""
         from teamtr.rewards.terms import RewardComposer
 
-        return RewardComposer(self.weights or None, schedule=self.start_iteration or None)
+        schedule = {term: i for term, i in self.start_iteration.items() if term != "judge"}
+        return RewardComposer(self.weights or None, schedule=schedule or None)
 
 
 class RolloutConfig(_Section):

@@ -11,6 +11,7 @@ import torch
 from teamtr.core import TeamTRError
 from teamtr.eval.evaluate import step_record
 from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.rewards.judge import Judge
 from teamtr.rl import Rollout
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
@@ -77,15 +78,17 @@ class Collector:
     a batch of ``parallel`` teams holds whole groups. ``noise``: the probability of swapping an entity
     of each chosen directive (``train/noise.py``); the rollout stores the executed candidate. ``replay``:
     where successful episodes' decisions go (``train/replay.py``). ``actor``: acts in whole-team mode
-    (``train/whole_team.py``) instead of choosing candidates (neither noise nor replay apply there)."""
+    (``train/whole_team.py``) instead of choosing candidates (neither noise nor replay apply there).
+    ``judge``: an LLM-judge reward term added to each decision's reward (``rewards.judge``)."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
                  generator: torch.Generator, reference: Reference, episode_id: int = 0,
                  group_size: int = 1, noise: float = 0.0, replay: SuccessReplay | None = None,
-                 actor: WholeTeamActor | None = None) -> None:
+                 actor: WholeTeamActor | None = None, judge: Judge | None = None) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
         self.group_size, self.noise, self.replay, self.actor = group_size, noise, replay, actor
+        self.judge = judge
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -139,6 +142,8 @@ class Collector:
         ref = self.reference(states, out.logp)
         executed = [perturb(s.candidates, c, self.noise, self.generator) for s, c in zip(states, out.choices)]
         results = batch.step(executed)
+        if self.judge is not None:  # every live team's decision judged in one scorer call
+            results = self.judge.apply(results)
         boot = self._bootstrap(results)
         for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
             c = len(states[k].candidates)

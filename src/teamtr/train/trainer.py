@@ -37,6 +37,7 @@ from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
 from teamtr.train.collect import Collector, TrainSeeds
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.interrupt import resume_hint, uninterrupted
+from teamtr.train.judge import build_judge
 from teamtr.train.lock import RunLock
 from teamtr.train.replay import ReplayTerm, SuccessReplay
 from teamtr.train.whole_team import WholeTeamActor, token_update
@@ -67,10 +68,11 @@ class Trainer:
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
         a = config.algo
         self.replay = SuccessReplay(a.replay_capacity, a.replay_alpha, config.seed) if a.replay_coef > 0 else None
+        self.judge = build_judge(config, self.coordinator)
         self.collector = Collector(self.coordinator, self.make_team, self.seeds,
                                    torch.Generator().manual_seed(config.seed), self._ref_logp,
                                    group_size=config.rollout.group_size, noise=config.policy.noise,
-                                   replay=self.replay, actor=self._whole_team_actor())
+                                   replay=self.replay, actor=self._whole_team_actor(), judge=self.judge)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -302,6 +304,8 @@ class Trainer:
     def _iteration(self, it: int) -> dict[str, Any]:
         """Collect, update and log iteration ``it``; return its metrics line."""
         self.rewards.set_progress(it)
+        if self.judge is not None:
+            self.judge.set_progress(it)
         t0 = time.perf_counter()
         rollout, episodes, transcripts = self.collect()
         t_collect = time.perf_counter() - t0
