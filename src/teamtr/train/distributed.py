@@ -27,7 +27,7 @@ import contextlib
 import os
 from collections.abc import Iterator, Sequence
 from datetime import timedelta
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -36,6 +36,7 @@ from torch import Tensor
 from teamtr.core import TeamTRError
 from teamtr.rl import Minibatch, Rollout
 
+T = TypeVar("T")
 LocalEvaluate = Callable[[Tensor], tuple[Tensor, Tensor]]
 
 #: The per-decision fields a rollout carries between ranks (``rl/rollout.py``'s field table).
@@ -188,6 +189,26 @@ class Distributed:
         finally:
             for h in hooks:
                 h.remove()
+
+    def from_main(self, make: Callable[[], T]) -> T:
+        """``make()`` run on rank 0 alone and its result sent to every rank; a ``TeamTRError`` there is
+        raised on every rank (so a bad config stops the whole group, not rank 0 alone)."""
+        if not self.active:
+            return make()
+        box: list[Any] = [None]
+        error: TeamTRError | None = None
+        if self.is_main:
+            try:
+                box = [("ok", make())]
+            except TeamTRError as err:
+                error, box = err, [("error", str(err))]
+        dist.broadcast_object_list(box, src=0)
+        kind, value = box[0]
+        if error is not None:
+            raise error
+        if kind == "error":
+            raise TeamTRError(f"rank 0 stopped: {value}")
+        return value
 
     def barrier(self) -> None:
         if self.active:
