@@ -97,6 +97,7 @@ def _train_worker(rank: int, world: int, port: int, run_dir: str, iterations: in
     d.close()
 
 
+@pytest.mark.slow  # three launches of two processes: minutes on a 2-core CPU
 def test_resume_under_another_process_count(tmp_path):
     run, out = tmp_path / "run", str(tmp_path / "params")
     _spawn(_train_worker, 2, str(run), 1, False, out)  # iteration 1 on 2 processes

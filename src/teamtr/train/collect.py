@@ -64,6 +64,10 @@ class _Episode:
     tracker: EpisodeTracker
     steps: list[dict[str, Any]] = field(default_factory=list)
 
+    @property
+    def task(self) -> str:
+        return self.team.world.task
+
 
 class Collector:
     """Collects training episodes with ``coordinator`` (sampling with ``generator``) in worlds from
@@ -77,6 +81,7 @@ class Collector:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
         self.group_size = group_size
+        self.stats: dict[str, float] = {}  # counters of the last collect() for the metrics line (backends)
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -93,11 +98,14 @@ class Collector:
                     metrics.append(self._finish(ep, transcripts))
         return rollout, metrics, transcripts
 
+    def close(self) -> None:
+        """Release the backend's workers (inline holds none)."""
+
     @staticmethod
     def _finish(ep: _Episode, transcripts: list[dict[str, Any]]) -> dict[str, float]:
         """The episode's metrics; its transcript goes to ``transcripts``."""
         m = ep.tracker.finish()
-        transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
+        transcripts.append({"seed": ep.seed, "task": ep.task, "success": bool(m.success),
                             "return": m.episode_return, "steps": ep.steps})
         return m.as_dict()
 
@@ -124,17 +132,22 @@ class Collector:
         ref = self.reference(states, out.logp)
         results = batch.step(out.choices)
         boot = self._bootstrap(results)
-        for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
-            c = len(states[k].candidates)
-            rollout.append(
-                logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=out.choices[k],
-                values=out.values[k], rewards=reward, terminated=info["terminated"],
-                truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
-                bootstrap_values=boot[k], group_id=ep.seed,
-            )
-            ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
-            probs = out.logp[k, : len(states[k].candidates)].exp().tolist()
-            ep.steps.append(step_record(states[k], out.choices[k], reward, info, probs))
+        for k, (ep, result) in enumerate(zip(live, results)):
+            self._record(rollout.append, ep, states[k], out, ref, k, result, boot[k])
+
+    @staticmethod
+    def _record(append: Callable[..., None], ep: Any, state: TeamState, out: Any, ref: torch.Tensor, k: int,
+                result: tuple[TeamState, float, bool, dict[str, Any]], boot: torch.Tensor) -> None:
+        """Decision ``k`` of a scored tick (``out``: the coordinator's ``ActOutput``, ``ref`` [B, Cmax])
+        and its ``result`` -> one rollout row via ``append``, the episode's metrics and transcript."""
+        _, reward, _, info = result
+        c = len(state.candidates)
+        append(logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=out.choices[k],
+               values=out.values[k], rewards=reward, terminated=info["terminated"],
+               truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
+               bootstrap_values=boot, group_id=ep.seed)
+        ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
+        ep.steps.append(step_record(state, out.choices[k], reward, info, out.logp[k, :c].exp().tolist()))
 
     def _bootstrap(self, results: list[tuple[TeamState, float, bool, dict[str, Any]]]) -> torch.Tensor:
         """V(s_T) where a time limit that is not part of the task cut the episode, else 0: [B]."""
@@ -143,3 +156,14 @@ class Collector:
         if cut:
             boot[cut] = self.coordinator.act([results[k][0] for k in cut]).values.float().cpu()
         return boot
+
+
+def make_collector(rollout: Any, *args: Any, recipe: Callable[[], Any], **kwargs: Any) -> Collector:
+    """The collector of ``rollout.backend`` (``inline``, or ``ray``: ``train/ray_rollout.py``, whose
+    workers build teams from ``recipe()``); ``args``/``kwargs`` go to ``Collector``."""
+    if rollout.backend == "ray":
+        from teamtr.train.ray_rollout import RayCollector
+
+        return RayCollector(*args, recipe=recipe, workers=rollout.workers, lockstep=rollout.lockstep,
+                            address=rollout.ray_address, **kwargs)
+    return Collector(*args, **kwargs)

@@ -34,11 +34,12 @@ from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
 from teamtr.train.card import write_model_card
 from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
-from teamtr.train.collect import Collector, TrainSeeds
+from teamtr.train.collect import TrainSeeds, make_collector
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.distributed import Distributed, RankSeeds, rank_seed
 from teamtr.train.interrupt import resume_hint, uninterrupted
 from teamtr.train.lock import RunLock
+from teamtr.train.ray_rollout import TeamRecipe
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
 
 #: Consecutive iterations whose every update step was skipped (non-finite loss or gradient) before
@@ -67,10 +68,13 @@ class Trainer:
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
         seeds = RankSeeds(self.seeds, self.dist.rank, self.dist.world_size) if self.dist.active else self.seeds
-        self.collector = Collector(self.coordinator, self.make_team, seeds,
-                                   torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
-                                   self._ref_logp,
-                                   group_size=config.rollout.group_size)
+        if self.dist.active and config.rollout.backend == "ray":
+            raise TeamTRError("rollout.backend = ray with torchrun is not supported: run ray with one learner "
+                              "process, or --set rollout.backend=inline under torchrun.")
+        self.collector = make_collector(config.rollout, self.coordinator, self.make_team, seeds,
+                                        torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
+                                        self._ref_logp, recipe=lambda: self._recipe(self.curriculum.options()),
+                                        group_size=config.rollout.group_size)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -168,8 +172,11 @@ class Trainer:
         return self._team({**self.curriculum.options(), **overrides})
 
     def _team(self, options: dict[str, Any]) -> Team:
-        return Team(make(self.config.env.name, **options), rewards=self.rewards,
-                    history_len=self.config.team.history_len)
+        return self._recipe(options)()
+
+    def _recipe(self, options: dict[str, Any]) -> TeamRecipe:
+        """How to build a team in a world with ``options`` (picklable: Ray workers build theirs from it)."""
+        return TeamRecipe(self.config.env.name, dict(options), self.rewards, self.config.team.history_len)
 
     def warm_up(self) -> None:
         """Behaviour cloning before RL (once per run; a resumed run skips it)."""
@@ -305,7 +312,7 @@ class Trainer:
         rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages, estimator=self.algo.advantage_estimator)
         metrics = self.update(rollout)
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
-        line = {**ep, **metrics, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
+        line = {**ep, **metrics, **self.collector.stats, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
                 "perf/iteration_s": time.perf_counter() - t0, "perf/decisions": len(rollout)}
         if self.curriculum.stages:
             line["curriculum/stage"] = self.curriculum.stage  # the stage this iteration trained on
@@ -352,6 +359,8 @@ class Trainer:
     def close(self) -> None:
         """Close the logs and release the run directory's lock (idempotent)."""
         try:
+            if hasattr(self, "collector"):
+                self.collector.close()
             if hasattr(self, "logger"):
                 self.logger.close()
         finally:
