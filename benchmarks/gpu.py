@@ -31,7 +31,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import escape_decisions, machine_line, median, table, timed, write_json  # noqa: E402
 from scoring import Generator  # noqa: E402
-from update import chunks, optimizer, ppo_step  # noqa: E402
+from update import chunks, optimizer, ppo_step, stored_batch  # noqa: E402
 
 from teamtr.config import load_config  # noqa: E402
 from teamtr.policy.backbone import Backbone, _smollm2_tokenizer  # noqa: E402
@@ -119,21 +119,8 @@ def scoring(shape: str, args: argparse.Namespace, size: dict[str, int], ceiling:
 def update(shape: str, args: argparse.Namespace, size: dict[str, int]) -> dict[str, Any]:
     """Samples/s of one PPO epoch (evaluate + loss + backward + AdamW) over stored decisions."""
     coord = Coordinator(random_backbone(shape, args.device, args.dtype))
-    decisions = escape_decisions(size["update"], 12)
-    g = torch.Generator().manual_seed(0)
-    handles, actions, logp, values = [], [], [], []
-    act_s = 0.0
-    for part in chunks(decisions, size["minibatch"]):
-        s, out = timed(lambda: coord.act(part, generator=g, keep=True), coord.backbone.device)
-        act_s += s
-        handles += out.handles
-        actions += out.choices
-        logp.append(out.logp.gather(1, torch.tensor(out.choices, device=out.logp.device)[:, None])[:, 0])
-        values.append(out.values)
-    n, dev = len(handles), coord.backbone.device
-    batch = {"handles": handles, "actions": torch.tensor(actions, device=dev), "old_logp": torch.cat(logp),
-             "old_values": torch.cat(values), "adv": torch.randn(n, generator=g).to(dev),
-             "returns": torch.randn(n, generator=g).to(dev)}
+    batch, act_s = stored_batch(coord, escape_decisions(size["update"], 12), size["minibatch"], 0)
+    n, dev = len(batch["handles"]), coord.backbone.device
     opt = optimizer(coord, 1e-4)
     minibatches = chunks(range(n), size["minibatch"])
     ppo_step(coord, opt, batch, minibatches[0])  # warm-up

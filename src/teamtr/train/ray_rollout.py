@@ -23,7 +23,6 @@ import importlib.util
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-import torch
 
 from teamtr.core import TeamTRError
 from teamtr.envs import make
