@@ -236,6 +236,7 @@ def cmd_train(args: argparse.Namespace) -> int:
     if not dist.is_main:
         with Trainer(config, resume=bool(args.resume), dist=dist) as trainer:
             trainer.run()
+        dist.close()
         return 0
     print(f"run directory: {config.run_dir}")
     trainer = Trainer(config, resume=bool(args.resume), dist=dist)
@@ -248,6 +249,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             write_model_card(config.run_dir)  # the newest checkpoint's card gains the table
     finally:
         trainer.close()
+        dist.close()
     from teamtr.telemetry.report import write_report
 
     print(f"report: {write_report(config.run_dir)}")

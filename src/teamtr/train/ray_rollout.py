@@ -166,10 +166,10 @@ class RayCollector(Collector):
         if self.lockstep:
             self.ray.wait(refs, num_returns=len(refs))
             return sorted(pending)
-        done, _ = self.ray.wait(refs, num_returns=1)
+        self.ray.wait(refs, num_returns=1)
         done, _ = self.ray.wait(refs, num_returns=len(refs), timeout=0)
-        ids = {id(r) for r in done}
-        return sorted(w for w, r in pending.items() if id(r) in ids)
+        answered = set(done)
+        return sorted(w for w, r in pending.items() if r in answered)
 
     def _receive(self, w: int, reply: list[Any], eps: list[_Episode], results: list[tuple[_Episode, Result]]) -> None:
         by_id = {e.id: e for e in eps}
