@@ -52,7 +52,7 @@ SHAPES: dict[str, dict[str, int]] = {
 #: (``max_steps``: the episode cap in quick mode; 0 keeps the config's).
 SIZES = {
     "full": dict(batch=256, seq=256, states=256, new_tokens=12, naive_batch=64, update=256, minibatch=32,
-                 episodes=64, iterations=3, repeats=3, max_steps=0),
+                 episodes=64, iterations=2, repeats=3, max_steps=0),
     "quick": dict(batch=4, seq=32, states=4, new_tokens=4, naive_batch=16, update=8, minibatch=4,
                   episodes=2, iterations=2, repeats=2, max_steps=6),
 }
