@@ -100,13 +100,13 @@ def ppo_step(coord: Coordinator, opt: torch.optim.Optimizer, batch: dict[str, An
     coord.weights_changed()
 
 
-def throughput(args: argparse.Namespace, depth: int | str, decisions: list[Decision]) -> dict[str, Any]:
-    """samples/s of one PPO epoch from the cached trunk and with full recomputation."""
-    coord = coordinator(args, depth)
-    g = torch.Generator().manual_seed(args.seed)
+def stored_batch(coord: Coordinator, decisions: list[Decision], minibatch: int, seed: int) -> tuple[dict[str, Any], float]:
+    """The rollout pass over ``decisions`` (``act(keep=True)``, ``minibatch`` at a time, storing what
+    evaluate needs), with random advantages and returns: (the batch ``ppo_step`` reads, acting seconds)."""
+    g = torch.Generator().manual_seed(seed)
     handles, actions, old_logp, old_values = [], [], [], []
     act_s = 0.0
-    for part in chunks(decisions, args.minibatch):  # the rollout pass, storing what evaluate needs
+    for part in chunks(decisions, minibatch):
         s, out = timed(lambda: coord.act(part, generator=g, keep=True), coord.backbone.device)
         act_s += s
         handles += out.handles
@@ -118,6 +118,14 @@ def throughput(args: argparse.Namespace, depth: int | str, decisions: list[Decis
     batch = {"handles": handles, "actions": torch.tensor(actions, device=dev),
              "old_logp": torch.cat(old_logp), "old_values": torch.cat(old_values),
              "adv": torch.randn(n, generator=g).to(dev), "returns": torch.randn(n, generator=g).to(dev)}
+    return batch, act_s
+
+
+def throughput(args: argparse.Namespace, depth: int | str, decisions: list[Decision]) -> dict[str, Any]:
+    """samples/s of one PPO epoch from the cached trunk and with full recomputation."""
+    coord = coordinator(args, depth)
+    batch, act_s = stored_batch(coord, decisions, args.minibatch, args.seed)
+    n, dev = len(batch["handles"]), coord.backbone.device
     opt = optimizer(coord, args.lr)
     row: dict[str, Any] = {"train_layers": depth, "decisions": n, "act_samples_per_s": n / act_s}
     saved = coord.first_trained

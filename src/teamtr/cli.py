@@ -231,11 +231,18 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
 
 
 def cmd_train(args: argparse.Namespace) -> int:
-    config = _train_config(args)
+    from teamtr.train.distributed import Distributed
     from teamtr.train.trainer import Trainer
 
+    dist = Distributed.from_env()  # under torchrun: rank 0 prepares the run directory and alone writes it
+    config = dist.from_main(lambda: _train_config(args))
+    if not dist.is_main:
+        with Trainer(config, resume=bool(args.resume), dist=dist) as trainer:
+            trainer.run()
+        dist.close()
+        return 0
     print(f"run directory: {config.run_dir}")
-    trainer = Trainer(config, resume=bool(args.resume))
+    trainer = Trainer(config, resume=bool(args.resume), dist=dist)
     try:
         trainer.run()
         if config.train.final_eval_episodes:
@@ -245,6 +252,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             write_model_card(config.run_dir)  # the newest checkpoint's card gains the table
     finally:
         trainer.close()
+        dist.close()
     from teamtr.telemetry.report import write_report
 
     print(f"report: {write_report(config.run_dir)}")

@@ -150,6 +150,14 @@ class RolloutConfig(_Section):
     #: episodes per world seed: the group a critic-free baseline (algo.name grpo, rloo) compares
     #: within; 1 gives every episode its own seed
     group_size: int = Field(1, ge=1)
+    #: where teams step: in this process (inline), or in Ray actors (ray; pip install 'teamtr[ray]';
+    #: docs/scaling.md); the coordinator scores every live state in one call either way
+    backend: Literal["inline", "ray"] = "inline"
+    workers: int = Field(2, ge=1)  # ray: actors, each holding a slice of the batch's teams
+    #: ray: every tick waits for every worker (the same numbers as inline); false: a tick scores the
+    #: workers that have answered, so a slow world stalls only its own teams
+    lockstep: bool = True
+    ray_address: str | None = None  # ray: None starts a local Ray; "auto" joins the cluster of `ray start`
 
 
 class BCConfig(_Section):

@@ -70,6 +70,10 @@ class _Episode:
     swaps: int = 0  # decisions whose directive the exploration noise changed
     decisions: list[tuple[TeamState, int]] = field(default_factory=list)  # kept for the replay only
 
+    @property
+    def task(self) -> str:
+        return self.team.world.task
+
 
 class Collector:
     """Collects training episodes with ``coordinator`` (sampling with ``generator``) in worlds from
@@ -89,6 +93,7 @@ class Collector:
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
         self.group_size, self.noise, self.replay, self.actor = group_size, noise, replay, actor
         self.judge = judge
+        self.stats: dict[str, float] = {}  # counters of the last collect() for the metrics line (backends)
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``episodes`` episodes, ``parallel`` teams at a time: (rollout, metrics per episode,
@@ -105,10 +110,13 @@ class Collector:
                     metrics.append(self._finish(ep, transcripts))
         return rollout, metrics, transcripts
 
+    def close(self) -> None:
+        """Release the backend's workers (inline holds none)."""
+
     def _finish(self, ep: _Episode, transcripts: list[dict[str, Any]]) -> dict[str, float]:
         """The episode's metrics; its transcript goes to ``transcripts``."""
         m = ep.tracker.finish()
-        transcripts.append({"seed": ep.seed, "task": ep.team.world.task, "success": bool(m.success),
+        transcripts.append({"seed": ep.seed, "task": ep.task, "success": bool(m.success),
                             "return": m.episode_return, "steps": ep.steps})
         if self.replay is not None and m.success:
             self.replay.add(m.episode_return, ep.decisions)
@@ -145,20 +153,27 @@ class Collector:
         if self.judge is not None:  # every live team's decision judged in one scorer call
             results = self.judge.apply(results)
         boot = self._bootstrap(results)
-        for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
-            c = len(states[k].candidates)
-            ep.swaps += executed[k] != out.choices[k]
-            if self.replay is not None:
-                ep.decisions.append((states[k], executed[k]))
-            rollout.append(
-                logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=executed[k],
-                values=out.values[k], rewards=reward, terminated=info["terminated"],
-                truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
-                bootstrap_values=boot[k], group_id=ep.seed,
-            )
-            ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
-            probs = out.logp[k, : len(states[k].candidates)].exp().tolist()
-            ep.steps.append(step_record(states[k], executed[k], reward, info, probs))
+        for k, (ep, result) in enumerate(zip(live, results)):
+            self._record(rollout.append, ep, states[k], out, ref, k, result, boot[k], executed[k])
+
+    def _record(self, append: Callable[..., None], ep: Any, state: TeamState, out: Any, ref: torch.Tensor, k: int,
+                result: tuple[TeamState, float, bool, dict[str, Any]], boot: torch.Tensor,
+                executed: int | None = None) -> None:
+        """Decision ``k`` of a scored tick (``out``: the coordinator's ``ActOutput``, ``ref`` [B, Cmax]) and
+        its ``result`` -> one rollout row via ``append``, the episode's metrics and transcript. ``executed``:
+        the candidate carried out, when the exploration noise swapped the chosen one."""
+        _, reward, _, info = result
+        c = len(state.candidates)
+        action = out.choices[k] if executed is None else executed
+        ep.swaps += action != out.choices[k]
+        if self.replay is not None:
+            ep.decisions.append((state, action))
+        append(logp=out.logp[k, :c], ref_logp=ref[k, :c], mask=out.mask[k, :c], actions=action,
+               values=out.values[k], rewards=reward, terminated=info["terminated"],
+               truncated=info["truncated"], episode_id=ep.id, handles=out.handles[k],
+               bootstrap_values=boot, group_id=ep.seed)
+        ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
+        ep.steps.append(step_record(state, action, reward, info, out.logp[k, :c].exp().tolist()))
 
     def _tick_whole_team(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout,
                          actor: WholeTeamActor) -> None:
@@ -178,3 +193,19 @@ class Collector:
         if cut:
             boot[cut] = self.coordinator.act([results[k][0] for k in cut]).values.float().cpu()
         return boot
+
+
+def make_collector(rollout: Any, *args: Any, recipe: Callable[[], Any], **kwargs: Any) -> Collector:
+    """The collector of ``rollout.backend`` (``inline``, or ``ray``: ``train/ray_rollout.py``, whose
+    workers build teams from ``recipe()``); ``args``/``kwargs`` go to ``Collector``."""
+    if rollout.backend == "ray":
+        from teamtr.train.ray_rollout import RayCollector
+
+        unsupported = [name for name in ("noise", "replay", "actor", "judge") if kwargs.get(name)]
+        if unsupported:
+            raise TeamTRError(f"rollout.backend = ray does not run {', '.join(unsupported)} yet (policy.noise, "
+                              "algo.replay_coef, team.directives=whole_team, rewards.judge): use rollout.backend=inline.")
+
+        return RayCollector(*args, recipe=recipe, workers=rollout.workers, lockstep=rollout.lockstep,
+                            address=rollout.ray_address, **kwargs)
+    return Collector(*args, **kwargs)

@@ -23,7 +23,8 @@ from teamtr.train.checkpoint import newest_complete_checkpoint
 
 #: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
 RESUMABLE = ("train.iterations", "train.eval_", "train.checkpoint_every", "train.keep_checkpoints",
-             "train.final_", "log.", "run_dir", "algo.lr")
+             "train.final_", "log.", "run_dir", "algo.lr",
+             "rollout.backend", "rollout.workers", "rollout.lockstep", "rollout.ray_address")
 
 
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -34,11 +34,13 @@ from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
 from teamtr.train.card import write_model_card
 from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
-from teamtr.train.collect import Collector, TrainSeeds
+from teamtr.train.collect import TrainSeeds, make_collector
 from teamtr.train.curriculum import Curriculum
+from teamtr.train.distributed import Distributed, RankSeeds, rank_seed
 from teamtr.train.interrupt import resume_hint, uninterrupted
 from teamtr.train.judge import build_judge
 from teamtr.train.lock import RunLock
+from teamtr.train.ray_rollout import TeamRecipe
 from teamtr.train.replay import ReplayTerm, SuccessReplay
 from teamtr.train.whole_team import WholeTeamActor, token_update
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
@@ -52,8 +54,10 @@ class Trainer:
     """Trains a coordinator on ``config`` in ``config.run_dir`` (``resume``: from its newest complete
     checkpoint); ``run()`` then ``close()``, or use it as a context manager."""
 
-    def __init__(self, config: Config, resume: bool = False, coordinator: CoordinatorLike | None = None) -> None:
+    def __init__(self, config: Config, resume: bool = False, coordinator: CoordinatorLike | None = None,
+                 dist: Distributed | None = None) -> None:
         self.config = config
+        self.dist = dist or Distributed.from_env()  # torchrun: this rank's place (train/distributed.py)
         self.run_dir = Path(config.run_dir)
         self.options = config.env.options()
         self._check_options()
@@ -69,25 +73,35 @@ class Trainer:
         a = config.algo
         self.replay = SuccessReplay(a.replay_capacity, a.replay_alpha, config.seed) if a.replay_coef > 0 else None
         self.judge = build_judge(config, self.coordinator)
-        self.collector = Collector(self.coordinator, self.make_team, self.seeds,
-                                   torch.Generator().manual_seed(config.seed), self._ref_logp,
-                                   group_size=config.rollout.group_size, noise=config.policy.noise,
-                                   replay=self.replay, actor=self._whole_team_actor(), judge=self.judge)
+        seeds = RankSeeds(self.seeds, self.dist.rank, self.dist.world_size) if self.dist.active else self.seeds
+        if self.dist.active and config.rollout.backend == "ray":
+            raise TeamTRError("rollout.backend = ray with torchrun is not supported: run ray with one learner "
+                              "process, or --set rollout.backend=inline under torchrun.")
+        if self.dist.active and config.team.directives == "whole_team":
+            raise TeamTRError("team.directives = whole_team runs in one learner process for now; run it without "
+                              "torchrun, or use team.directives=single.")
+        self.collector = make_collector(config.rollout, self.coordinator, self.make_team, seeds,
+                                        torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
+                                        self._ref_logp, recipe=lambda: self._recipe(self.curriculum.options()),
+                                        group_size=config.rollout.group_size, noise=config.policy.noise,
+                                        replay=self.replay, actor=self._whole_team_actor(), judge=self.judge)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
         # that still fails takes back what it made, so the same command can be run again.
         existed = self.run_dir.exists()
         before = {p.name for p in self.run_dir.iterdir()} if existed else set()
-        self.lock = RunLock(self.run_dir)
+        self.lock = RunLock(self.run_dir) if self.dist.is_main else None  # rank 0 alone writes the run
         try:
             resume_at = self._restore() if resume else None
             if self.algo is None and not config.bc.enabled:
                 self._start_rl()
-            self._open_logs(resume, resume_at)
+            if self.dist.is_main:
+                self._open_logs(resume, resume_at)
         except BaseException:
-            self.lock.release()
-            if not resume:
+            if self.lock is not None:
+                self.lock.release()
+            if not resume and self.dist.is_main:
                 _take_back(self.run_dir, existed, before)
             raise
 
@@ -132,6 +146,8 @@ class Trainer:
         self.collector.episode_id = state["episode_id"]
         self.bc_done = state["bc_done"]
         self.collector.generator.set_state(state["generator"])
+        if self.dist.rank:  # rank 0's stream was saved; the others draw their own from here
+            self.collector.generator.manual_seed(rank_seed(self.config.seed, self.dist.rank, self.iteration))
         self.curriculum.load_state_dict(state.get("curriculum", {}))
         if self.replay is not None and "replay" in state:  # replay switched on at resume: starts empty
             self.replay.load_state_dict(state["replay"])
@@ -160,6 +176,9 @@ class Trainer:
     def _start_rl(self) -> None:
         """Freeze all but the top ``model.rl_layers`` adapters, then build the algorithm over what trains."""
         self.coordinator.train_only_top(self.config.model.rl_layers)
+        if self.dist.active and self.config.algo.name == "trpo":
+            raise TeamTRError("algo.name = trpo runs in one process only (its line search is not split across "
+                              "ranks); run it without torchrun, or choose ppo, pg, grpo or rloo.")
         self.algo = make_algorithm(self.config.algo.name, self.coordinator.policy_param_groups(),
                                    self.coordinator.value_parameters(), self.algo_config)
         if self.replay is not None:
@@ -179,8 +198,11 @@ class Trainer:
         return self._team({**self.curriculum.options(), **overrides})
 
     def _team(self, options: dict[str, Any]) -> Team:
-        return Team(make(self.config.env.name, **options), rewards=self.rewards,
-                    history_len=self.config.team.history_len)
+        return self._recipe(options)()
+
+    def _recipe(self, options: dict[str, Any]) -> TeamRecipe:
+        """How to build a team in a world with ``options`` (picklable: Ray workers build theirs from it)."""
+        return TeamRecipe(self.config.env.name, dict(options), self.rewards, self.config.team.history_len)
 
     def warm_up(self) -> None:
         """Behaviour cloning before RL (once per run; a resumed run skips it)."""
@@ -202,8 +224,9 @@ class Trainer:
             log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
         )
         self.bc_done = True
-        with uninterrupted():
-            self.coordinator.save(self.run_dir / "bc")
+        if self.dist.is_main:  # every rank cloned the same demonstrations: one copy is written
+            with uninterrupted():
+                self.coordinator.save(self.run_dir / "bc")
         if self.config.algo.ref == "bc":
             self.bc_state = self.coordinator.adapter_state()
 
@@ -222,8 +245,11 @@ class Trainer:
             return self.coordinator.act(states, greedy=True).logp
 
     def collect(self) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
-        """Run ``rollout.episodes`` episodes, ``rollout.parallel`` teams at a time."""
-        return self.collector.collect(self.config.rollout.episodes, self.config.rollout.parallel)
+        """Run ``rollout.episodes`` episodes, ``rollout.parallel`` teams at a time (under torchrun each
+        rank runs its share; the rollout and episode metrics are then every rank's, transcripts its own)."""
+        rollout, episodes, transcripts = self.collector.collect(self.dist.share(self.config.rollout.episodes),
+                                                                self.config.rollout.parallel)
+        return self.dist.gather_rollout(rollout), self.dist.gather_objects(episodes), transcripts
 
     def update(self, rollout: Rollout) -> dict[str, float]:
         """One algorithm update on ``rollout``; the coordinator's memos and stored decisions go after it."""
@@ -233,14 +259,17 @@ class Trainer:
         steps = c.epochs * math.ceil(len(rollout) / c.minibatch_size) if isinstance(self.algo, PPO) else None
         progress = Progress("update", steps, unit="minibatch steps", lines=1)
 
+        trainable = [*self.algo.policy_tensors, *self.algo.value_tensors]
+        scored = self.dist.sharded_evaluate(self.coordinator.evaluate, trainable)
+
         def evaluate(mb: Any) -> tuple[torch.Tensor, torch.Tensor]:
-            out = self.coordinator.evaluate(mb.handles)
+            out = scored(mb)
             progress.advance()
             return out
 
         twice = double_backward_attention() if self.algo.needs_double_backward else contextlib.nullcontext()
         try:
-            with twice:
+            with twice, self.dist.reduce_gradients(trainable):
                 if self.collector.actor is not None:
                     metrics = token_update(self.algo, self.collector.actor, rollout, self.config.algo.token_level)
                 else:
@@ -284,7 +313,7 @@ class Trainer:
             while self.iteration < cfg.iterations:
                 it = self.iteration + 1
                 line = self._iteration(it)
-                if cfg.eval_every and it % cfg.eval_every == 0:
+                if cfg.eval_every and it % cfg.eval_every == 0 and self.dist.is_main:
                     last_eval = self.evaluate(cfg.eval_episodes)
                     self._log("eval", it, {"suite": "heldout", **{f"eval/{k}": v for k, v in last_eval.items()}})
                     say(f"eval at iteration {it}: {iteration_stats(last_eval, prefix='')} "
@@ -298,6 +327,8 @@ class Trainer:
         return last_eval
 
     def _log(self, kind: str, iteration: int, metrics: dict[str, Any]) -> None:
+        if not self.dist.is_main:
+            return
         with uninterrupted():
             self.logger.log(kind, iteration, metrics)
 
@@ -313,7 +344,7 @@ class Trainer:
         rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages, estimator=self.algo.advantage_estimator)
         metrics = self.update(rollout)
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
-        line = {**ep, **metrics, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
+        line = {**ep, **metrics, **self.collector.stats, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
                 "perf/iteration_s": time.perf_counter() - t0, "perf/decisions": len(rollout)}
         if self.replay is not None:
             line["replay/size"] = len(self.replay)
@@ -336,12 +367,18 @@ class Trainer:
                 f"{self.run_dir}.")
 
     def _write_transcripts(self, iteration: int, transcripts: list[dict[str, Any]]) -> None:
+        if not self.dist.is_main:
+            return
         with uninterrupted(), open(self.run_dir / "transcripts.jsonl", "a", encoding="utf-8") as f:
             for t in transcripts:
                 f.write(json.dumps({"iteration": iteration, **t}) + "\n")
 
     def checkpoint(self) -> Path:
-        """Save the checkpoint of ``self.iteration`` (a Ctrl-C meanwhile waits) and its model card."""
+        """Save the checkpoint of ``self.iteration`` (a Ctrl-C meanwhile waits) and its model card; under
+        torchrun rank 0 writes it (every rank holds the same weights and optimiser) and the others wait."""
+        if not self.dist.is_main:
+            self.dist.barrier()
+            return self.run_dir / "checkpoints"
         with uninterrupted():
             path = save_checkpoint(
                 self.run_dir, self.iteration, self.coordinator, self.algo,
@@ -351,15 +388,19 @@ class Trainer:
                 keep=self.config.train.keep_checkpoints,
             )
             write_model_card(self.run_dir, path)
+        self.dist.barrier()
         return path
 
     def close(self) -> None:
         """Close the logs and release the run directory's lock (idempotent)."""
         try:
+            if hasattr(self, "collector"):
+                self.collector.close()
             if hasattr(self, "logger"):
                 self.logger.close()
         finally:
-            self.lock.release()
+            if self.lock is not None:
+                self.lock.release()
 
     def __enter__(self) -> Trainer:
         return self
