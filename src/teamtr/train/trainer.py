@@ -23,6 +23,7 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
+from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
 from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
@@ -60,6 +61,7 @@ class Trainer:
         self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
         self.coordinator: CoordinatorLike = coordinator or build_coordinator(config)
+        self.make_agent = agent_factory(config, self.coordinator)  # None: scripted role agents
         self.algo_config = self._algo_config()
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
@@ -93,7 +95,7 @@ class Trainer:
         if self.config.log.wandb and importlib.util.find_spec("wandb") is None:
             raise TeamTRError("log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]' "
                               "(or --set log.wandb=false).")
-        make(self.config.env.name, **self.options)
+        check_team(self.config, make(self.config.env.name, **self.options))
         for i, stage in enumerate(self.config.curriculum.stages):
             try:
                 make(self.config.env.name, **{**self.options, **stage.env})
@@ -157,7 +159,7 @@ class Trainer:
 
     def _team(self, options: dict[str, Any]) -> Team:
         return Team(make(self.config.env.name, **options), rewards=self.rewards,
-                    history_len=self.config.team.history_len)
+                    history_len=self.config.team.history_len, make_agent=self.make_agent)
 
     def warm_up(self) -> None:
         """Behaviour cloning before RL (once per run; a resumed run skips it)."""
@@ -233,7 +235,8 @@ class Trainer:
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
         result = run_episodes(self.config.env.name, {**self.options, **overrides},
                               CoordinatorPolicy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
-                              history_len=self.config.team.history_len, label=f"trained ({suite})")
+                              history_len=self.config.team.history_len, label=f"trained ({suite})",
+                              make_agent=self.make_agent)
         return summarize(result)
 
     # ------------------------------------------------------------------ loop
