@@ -117,9 +117,9 @@ class RemoteResolver:
         headers = {"Content-Type": "application/json"}
         if self.api_key_env:
             headers["Authorization"] = f"Bearer {os.environ.get(self.api_key_env, '')}"
-        http = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
+        post = urllib.request.Request(self.url, json.dumps(body).encode(), headers, method="POST")
         try:
-            with urllib.request.urlopen(http, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(post, timeout=self.timeout_s) as response:
                 data = json.loads(response.read())
         except urllib.error.HTTPError as err:
             kind = _Retry if err.code == 429 or err.code >= 500 else _Fatal
