@@ -17,6 +17,7 @@ from teamtr.envs import world_class
 from teamtr.eval.policies import Policy
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
+from teamtr.team import AgentFactory
 from teamtr.telemetry.metrics import summarize
 
 
@@ -44,9 +45,11 @@ def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") ->
 def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]],
                    policies: Mapping[str, Policy], seeds: list[int],
                    rewards: RewardComposer | None = None, history_len: int = 3,
-                   transcripts: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+                   transcripts: list[dict[str, Any]] | None = None,
+                   make_agent: AgentFactory | None = None) -> dict[str, dict[str, float]]:
     """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds`` (each episode's
-    transcript appended to ``transcripts`` when given, labelled with its row)."""
+    transcript appended to ``transcripts`` when given, labelled with its row); ``make_agent``: the
+    role agents (default: scripted)."""
     rows: dict[str, dict[str, float]] = {}
     for name, policy in policies.items():
         # A policy may hold a session open over all its episodes (e.g. an adapter merged once).
@@ -55,5 +58,5 @@ def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]]
                 label = name if len(suite_options) == 1 else f"{name} @ {suite}"
                 rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
                                                      history_len=history_len, label=label,
-                                                     transcripts=transcripts))
+                                                     transcripts=transcripts, make_agent=make_agent))
     return rows
