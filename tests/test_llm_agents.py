@@ -170,3 +170,14 @@ def test_an_unknown_agent_kind_is_refused_naming_the_kinds():
         load_config(None, ["team.agents.qa=robot"])
     with pytest.raises(TeamTRError, match="team.agents.qa: unknown agent kind 'robot'"):
         MixedTeam({"qa": "robot"}, {})
+
+
+def test_llm_agents_on_another_backbone_need_no_coordinator():
+    config = load_config(None, ["team.agents.agent_B=llm", "team.llm.backbone=tiny-random-4", "model.device=cpu"])
+    factory = agent_factory(config, None)
+    score = factory.resolvers["llm"].score
+    assert score.scorer.num_layers == 4  # tiny-random has 2
+    metrics = run_episodes("escape-room", {"max_steps": 3}, OraclePolicy(), [0], make_agent=factory)
+    assert metrics[0].length == 3 and factory.resolvers["llm"].calls == 3
+    with pytest.raises(TeamTRError, match="team.llm.backbone 'same' needs a coordinator"):
+        agent_factory(load_config(None, ["team.agents.agent_B=llm"]), None)
