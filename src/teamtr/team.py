@@ -81,7 +81,7 @@ def recipients(directive: Directive, agents: Sequence[str]) -> list[str]:
     return names
 
 
-#: Builds the role agent of one world agent (``teamtr.agents.build``: a mixed team from the config).
+#: Builds the role agent of one world agent (``agents.mixed.MixedTeam``: a mixed team from the config).
 AgentFactory = Callable[[World, str], RoleAgent]
 
 Actions = dict[str, "str | ActionRequest"]
