@@ -6,7 +6,7 @@ STAMP   := $(VENV)/.teamtr-installed
 export HF_HUB_OFFLINE := 1
 export TOKENIZERS_PARALLELISM := false
 
-.PHONY: setup test test-fuzz test-slow bench train train-rl clean
+.PHONY: setup test test-fuzz test-slow llama-cpp-server bench train train-rl clean
 
 setup: $(STAMP)
 
@@ -28,8 +28,13 @@ test: setup
 test-fuzz: setup
 	TEAMTR_HYPOTHESIS=fuzz TEAMTR_FUZZ_SCALE=20 $(BIN)/python -m pytest -q -m 'hypothesis and not slow'
 
-test-slow: setup
+test-slow: setup llama-cpp-server
 	$(BIN)/python -m pytest -q -m slow
+
+# llama.cpp's OpenAI-compatible server, for the remote role agents' slow test (not CI): it builds from
+# source, ~8 min on 2 cores, once.
+llama-cpp-server: setup
+	$(BIN)/python -c "import llama_cpp.server" 2>/dev/null || $(BIN)/pip install -q 'llama-cpp-python[server]'
 
 bench: setup
 	$(BIN)/python benchmarks/envs.py --seconds 3

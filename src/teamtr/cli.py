@@ -31,6 +31,7 @@ from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
 from teamtr.eval import policies as eval_policies
 from teamtr.eval.suites import evaluate_table, suites, table_columns
+from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.serve import add_commands
 from teamtr.team import Team
 from teamtr.telemetry.metrics import METRICS
@@ -125,11 +126,12 @@ def cmd_eval(args: argparse.Namespace) -> int:
     checkpoint, run_dir = resolve_checkpoint(args.checkpoint) if args.checkpoint else (None, None)
     config = _config(args.config, _with_env(args.env, args.set), run_dir)
     env, options = config.env.name, config.env.options()
-    make(env, **options)  # unknown worlds and bad options fail here, before any model is loaded
+    check_team(config, make(env, **options))  # bad worlds, options, agent names fail before any model loads
     policies = build_policies(policy_names, config, checkpoint, args.seed)
     seeds = list(range(args.seed, args.seed + args.episodes))
+    coordinator = next((p.coordinator for p in policies.values() if hasattr(p, "coordinator")), None)
     rows = evaluate_table(env, suites(env, options, args.suite), policies, seeds, rewards=config.rewards.composer(),
-                          history_len=config.team.history_len)
+                          history_len=config.team.history_len, make_agent=agent_factory(config, coordinator))
     shown = ", ".join(f"{k}={v}" for k, v in options.items()) or "defaults"
     print(f"{env} ({shown}), {args.episodes} episodes from seed {args.seed}")
     print(format_table(rows, table_columns(env)))
@@ -219,7 +221,8 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
         if counts[name]:
             rows.update(evaluate_table(env, {"heldout": config.env.options()}, {name: policy},
                                        list(range(off, off + counts[name])), rewards=trainer.rewards,
-                                       history_len=config.team.history_len, transcripts=transcripts))
+                                       history_len=config.team.history_len, transcripts=transcripts,
+                                       make_agent=trainer.make_agent))
     shown = ", ".join(f"{k} {v}" for k, v in counts.items())
     print(f"\n{env}: held-out seeds from {off} ({shown} episodes)")
     columns = table_columns(env)

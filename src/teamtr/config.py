@@ -42,11 +42,42 @@ class EnvConfig(BaseModel):
         return dict(self.model_extra or {})
 
 
+class RemoteConfig(_Section):
+    """The OpenAI-compatible endpoint of ``remote`` role agents (``teamtr.agents.remote``)."""
+
+    base_url: str = "http://127.0.0.1:8000/v1"
+    model: str = "default"
+    temperature: float = Field(0.0, ge=0)
+    timeout_s: float = Field(30.0, gt=0)
+    retries: int = Field(2, ge=0)  # tries after the first, waiting backoff_s * 2**k before try k + 2
+    backoff_s: float = Field(0.5, ge=0)
+    concurrency: int = Field(4, ge=1)  # requests in flight at once, over all teams
+    api_key_env: str = ""  # the environment variable holding the API key ("": none); the key itself never
+
+    @field_validator("api_key_env")
+    @classmethod
+    def _env_name(cls, v: str) -> str:
+        if v and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", v):
+            raise ValueError("must be the NAME of an environment variable (the key itself is never configured)")
+        return v
+
+
+class LLMConfig(_Section):
+    """Local ``llm`` role agents (``teamtr.agents.llm``)."""
+
+    backbone: str = "same"  # same: the coordinator's backbone with its adapter disabled; or a model name
+    role_prompts: dict[str, str] = {}  # agent name or role word -> who the agent is (default: from its name)
+
+
 class TeamConfig(_Section):
     history_len: int = Field(3, ge=0)
     #: single: one directive per decision from the enumerated candidates; whole_team: one line per
     #: agent in one output, decoded under the state's grammar (policy/whole_team.py), token-level PPO
     directives: Literal["single", "whole_team"] = "single"
+    # agent name, role word ("engineer") or "default" -> kind; names are checked against the world
+    agents: dict[str, Literal["scripted", "llm", "remote"]] = {}
+    remote: RemoteConfig = RemoteConfig()
+    llm: LLMConfig = LLMConfig()
 
 
 class ModelConfig(_Section):

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import operator
 from collections import deque
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from teamtr.agents.chooser import ActionRequest, resolve_all
 from teamtr.agents.scripted import ScriptedAgent
 from teamtr.core import NOOP, Directive, Event, TeamTRError, World
 from teamtr.rewards.terms import RewardComposer
@@ -37,8 +38,9 @@ class RoleAgent(Protocol):
         """Take up (or not) a directive addressed to it; return directive_* events."""
         ...
 
-    def act(self, world: World) -> str:
-        """The primitive action for this tick."""
+    def act(self, world: World) -> str | ActionRequest:
+        """The primitive action for this tick, or a request that the tick resolves together with
+        every other agent's (``agents.chooser``: one model call for all agents of all teams)."""
         ...
 
     def after(self, world: World) -> list[Event]:
@@ -95,6 +97,33 @@ def recipients(directive: Directive, agents: Sequence[str]) -> list[str]:
     return names
 
 
+#: Builds the role agent of one world agent (``agents.mixed.MixedTeam``: a mixed team from the config).
+AgentFactory = Callable[[World, str], RoleAgent]
+
+Actions = dict[str, "str | ActionRequest"]
+
+
+def settle(gathered: Sequence[Actions]) -> list[dict[str, str]]:
+    """Each team's actions, with every pending request of every team resolved in one go."""
+    pending = [(k, name, a) for k, acts in enumerate(gathered) for name, a in acts.items()
+               if not isinstance(a, str)]
+    out = [dict(acts) for acts in gathered]
+    if pending:
+        for (k, name, _), action in zip(pending, resolve_all([a for _, _, a in pending])):
+            out[k][name] = action
+    return out  # type: ignore[return-value]
+
+
+@dataclass
+class _Decision:
+    """A decision being carried out: its directive, its events so far, ticks and world reward."""
+
+    directive: Directive
+    events: list[Event] = field(default_factory=list)
+    ticks: int = 0
+    native: float = 0.0
+
+
 class Team:
     """A world with its role agents and rewards, stepped one coordinator decision at a time.
 
@@ -104,6 +133,8 @@ class Team:
             world's ``compliance`` attribute (1.0 when it has none).
         rewards: the reward composer; default: ``RewardComposer()`` (default weights).
         history_len: how many history lines a TeamState carries.
+        make_agent: builds each world agent's role agent (instead of ``agents``), again whenever the
+            world draws fresh agent names.
     """
 
     def __init__(
@@ -112,11 +143,13 @@ class Team:
         agents: dict[str, RoleAgent] | None = None,
         rewards: RewardComposer | None = None,
         history_len: int = 3,
+        make_agent: AgentFactory | None = None,
     ) -> None:
         self.world = world
         self._compliance = float(getattr(world, "compliance", 1.0))
-        self._scripted_agents = not agents  # rebuilt when a world draws fresh agent names per episode
-        self.agents: dict[str, RoleAgent] = agents or self._scripted()
+        self._make_agent = make_agent
+        self._built_agents = not agents  # rebuilt when a world draws fresh agent names per episode
+        self.agents: dict[str, RoleAgent] = agents or self._build()
         missing = [name for name in world.agents if name not in self.agents]
         if missing:
             raise TeamTRError(f"Team has no role agent for {missing}; world agents: {world.agents}.")
@@ -128,22 +161,26 @@ class Team:
         self.ticks = 0
         self.finished = True
         self.state: TeamState | None = None
+        self._decision: _Decision | None = None
 
     def reset(self, seed: int) -> TeamState:
         """Start an episode; the same seed gives the same episode (world and compliance draws)."""
         self.world.reset(seed)
-        if self._scripted_agents and list(self.agents) != self.world.agents:
-            self.agents = self._scripted()
+        if self._built_agents and list(self.agents) != self.world.agents:
+            self.agents = self._build()
         for i, agent in enumerate(self.agents.values()):
             agent.reset(seed * 1009 + i)
         self.history.clear()
         self.previous = None
         self.ticks = 0
         self.finished = False
+        self._decision = None
         self.state = self._observe()
         return self.state
 
-    def _scripted(self) -> dict[str, RoleAgent]:
+    def _build(self) -> dict[str, RoleAgent]:
+        if self._make_agent is not None:
+            return {name: self._make_agent(self.world, name) for name in self.world.agents}
         return {name: ScriptedAgent(name, self._compliance) for name in self.world.agents}
 
     def _observe(self) -> TeamState:
@@ -182,14 +219,44 @@ class Team:
         world whose limit is a cut (Overcooked's horizon, MPE's max cycles: ``world.truncated()``)
         is *truncated*, and learners bootstrap from the value of the last state.
         """
+        self.begin(choice)
+        while not self.advance(settle([self.gather()])[0]):
+            pass
+        return self.finish()
+
+    # -- the phases of ``step``, for a TeamBatch that resolves the role agents' requests of every
+    # -- team in one go each tick: begin, then gather + advance until the decision ends, then finish.
+    def begin(self, choice: int | Sequence[int]) -> None:
+        """Check ``choice`` and deliver its directive."""
         if self.finished or self.state is None:
             raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
+        if self._decision is not None:
+            raise TeamTRError("Team.begin called inside a decision; finish() it first.")
         candidates = self.state.candidates
         whole_team = isinstance(choice, (list, tuple))
         lines = [candidates[_index(c, len(candidates))] for c in (choice if whole_team else [choice])]
         directive = joint_directive([d for d in lines if d.kind != "noop"]) if whole_team else lines[0]
-        events, ticks, native = self._carry_out(lines if whole_team else directive)
-        reward, terms = self.rewards(events, directive, self.previous, native)
+        self._decision = _Decision(directive, self.deliver(lines if whole_team else directive))
+
+    def gather(self) -> Actions:
+        """Every role agent's action (or pending request) for the next tick."""
+        return {name: self.agents[name].act(self.world) for name in self.world.agents}
+
+    def advance(self, actions: dict[str, str]) -> bool:
+        """Run one tick of the decision; True once the world wants a decision or has ended."""
+        assert self._decision is not None, "advance() before begin()"
+        tick_events, tick_native = self.tick(actions)
+        self._decision.events += tick_events
+        self._decision.native += tick_native
+        self._decision.ticks += 1
+        return self.world.outcome() is not None or self.world.decision_due()
+
+    def finish(self) -> tuple[TeamState, float, bool, dict[str, Any]]:
+        """Reward the decision and observe the next state (``step``'s return value)."""
+        assert self._decision is not None, "finish() before begin()"
+        decision, self._decision = self._decision, None
+        directive, events = decision.directive, decision.events
+        reward, terms = self.rewards(events, directive, self.previous, decision.native)
         self.conclude(directive, events)
         outcome = self.world.outcome()
         truncated = self.finished and self.world.truncated()
@@ -199,26 +266,10 @@ class Team:
             "outcome": outcome,
             "terminated": self.finished and not truncated,
             "truncated": truncated,
-            "ticks": ticks,
+            "ticks": decision.ticks,
             "directive": directive,
         }
-        return self.state, reward, self.finished, info
-
-    def _carry_out(self, directive: Directive | Sequence[Directive]) -> tuple[list[Event], int, float]:
-        """Deliver ``directive``, then run ticks until the world wants a decision or has ended.
-
-        Returns the events of the decision, the ticks run and the world's own reward over them.
-        """
-        events = self.deliver(directive)
-        ticks, native = 0, 0.0
-        while True:
-            actions = {name: self.agents[name].act(self.world) for name in self.world.agents}
-            tick_events, tick_native = self.tick(actions)
-            events += tick_events
-            native += tick_native
-            ticks += 1
-            if self.world.outcome() is not None or self.world.decision_due():
-                return events, ticks, native
+        return self.state, reward, self.finished, info  # type: ignore[return-value]
 
     # -- the tick-level steps of a decision, for views that drive the role agents themselves
     # -- (``teamtr.pettingzoo``): deliver, then tick until the decision ends, then conclude.
@@ -311,4 +362,11 @@ class TeamBatch:
                 f"TeamBatch.step got {len(choices)} choices for {len(live)} live teams; give one "
                 "choice per live team, in live() order."
             )
-        return [self.teams[i].step(choice) for i, choice in zip(live, choices)]
+        teams = [self.teams[i] for i in live]
+        for team, choice in zip(teams, choices):
+            team.begin(choice)
+        running = teams
+        while running:  # one tick of every team still inside its decision, requests resolved together
+            actions = settle([team.gather() for team in running])
+            running = [team for team, acts in zip(running, actions) if not team.advance(acts)]
+        return [team.finish() for team in teams]

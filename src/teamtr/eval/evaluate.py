@@ -8,7 +8,7 @@ from typing import Any
 from teamtr.envs import make
 from teamtr.eval.policies import Policy
 from teamtr.rewards.terms import RewardComposer
-from teamtr.team import Team, TeamBatch, TeamState
+from teamtr.team import AgentFactory, Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeMetrics, EpisodeTracker, summarize
 from teamtr.telemetry.progress import Progress
 
@@ -22,6 +22,7 @@ def run_episodes(
     history_len: int = 3,
     label: str | None = None,
     transcripts: list[dict[str, Any]] | None = None,
+    make_agent: AgentFactory | None = None,
 ) -> list[EpisodeMetrics]:
     """One episode per seed of world ``env_name`` (built with ``options``), ``policy`` coordinating.
 
@@ -33,9 +34,11 @@ def run_episodes(
     viewer's format (``teamtr.telemetry.viewer``): seed, task, success, return and per decision the
     state, history, candidates, choice, directive, reward, reward terms, events and, when the policy
     exposes them (``last_probs``), the candidates' probabilities.
+
+    ``make_agent``: the role agents (``eval.team_agents.agent_factory``); default: scripted.
     """
-    teams = [Team(make(env_name, **dict(options or {})), rewards=rewards, history_len=history_len)
-             for _ in seeds]
+    teams = [Team(make(env_name, **dict(options or {})), rewards=rewards, history_len=history_len,
+                  make_agent=make_agent) for _ in seeds]
     batch = TeamBatch(teams)
     batch.reset(list(seeds))
     trackers = [EpisodeTracker(len(team.world.agents)) for team in teams]

@@ -17,6 +17,7 @@ from teamtr.envs import world_class
 from teamtr.eval.policies import EXPERT_NAMES, Policy, expert_name
 from teamtr.eval.evaluate import run_episodes
 from teamtr.rewards.terms import RewardComposer
+from teamtr.team import AgentFactory
 from teamtr.telemetry.metrics import METRICS, headline_metrics, summarize
 
 
@@ -51,11 +52,13 @@ def table_columns(env_name: str) -> tuple[str, ...]:
 def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]],
                    policies: Mapping[str, Policy], seeds: list[int],
                    rewards: RewardComposer | None = None, history_len: int = 3,
-                   transcripts: list[dict[str, Any]] | None = None) -> dict[str, dict[str, float]]:
+                   transcripts: list[dict[str, Any]] | None = None,
+                   make_agent: AgentFactory | None = None) -> dict[str, dict[str, float]]:
     """Rows ``"policy"`` or ``"policy @ suite"`` -> summarised metrics over ``seeds``, with the world's
     headline metrics (``telemetry.metrics.headline_metrics``); each episode's transcript is appended to
-    ``transcripts`` when given, labelled with its row. The expert's row takes the world's word for it
-    (``oracle``, or ``heuristic`` where the expert is a hand-written rule, see ``expert_name``)."""
+    ``transcripts`` when given, labelled with its row; ``make_agent``: the role agents (default:
+    scripted). The expert's row takes the world's word for it (``oracle``, or ``heuristic`` where the
+    expert is a hand-written rule, see ``expert_name``)."""
     cls = world_class(env_name)
     headline = headline_metrics(cls)
     rows: dict[str, dict[str, float]] = {}
@@ -67,5 +70,5 @@ def evaluate_table(env_name: str, suite_options: Mapping[str, Mapping[str, Any]]
                 label = shown if len(suite_options) == 1 else f"{shown} @ {suite}"
                 rows[label] = summarize(run_episodes(env_name, dict(opts), policy, seeds, rewards=rewards,
                                                      history_len=history_len, label=label,
-                                                     transcripts=transcripts), headline)
+                                                     transcripts=transcripts, make_agent=make_agent), headline)
     return rows

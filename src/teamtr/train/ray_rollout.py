@@ -44,9 +44,11 @@ class TeamRecipe:
     options: dict[str, Any]
     rewards: RewardComposer
     history_len: int
+    make_agent: Any = None  # role agents other than scripted ones stay with the learner (refused with ray)
 
     def __call__(self) -> Team:
-        return Team(make(self.env, **self.options), rewards=self.rewards, history_len=self.history_len)
+        return Team(make(self.env, **self.options), rewards=self.rewards, history_len=self.history_len,
+                    make_agent=self.make_agent)
 
 
 class TeamWorker:

@@ -23,6 +23,7 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
+from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
 from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
@@ -67,6 +68,7 @@ class Trainer:
         self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
         self.coordinator: CoordinatorLike = coordinator or build_coordinator(config)
+        self.make_agent = agent_factory(config, self.coordinator)  # None: scripted role agents
         self.algo_config = self._algo_config()
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
         self.seeds = TrainSeeds(config.seed, config.train.eval_seed_offset)
@@ -77,6 +79,9 @@ class Trainer:
         if self.dist.active and config.rollout.backend == "ray":
             raise TeamTRError("rollout.backend = ray with torchrun is not supported: run ray with one learner "
                               "process, or --set rollout.backend=inline under torchrun.")
+        if config.rollout.backend == "ray" and self.make_agent is not None:
+            raise TeamTRError("team.agents (LLM or remote role agents) run on the inline rollout backend for now: "
+                              "--set rollout.backend=inline, or leave team.agents empty (scripted agents).")
         if self.dist.active and config.team.directives == "whole_team":
             raise TeamTRError("team.directives = whole_team runs in one learner process for now; run it without "
                               "torchrun, or use team.directives=single.")
@@ -114,7 +119,7 @@ class Trainer:
         if self.config.log.wandb and importlib.util.find_spec("wandb") is None:
             raise TeamTRError("log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]' "
                               "(or --set log.wandb=false).")
-        make(self.config.env.name, **self.options)
+        check_team(self.config, make(self.config.env.name, **self.options))
         for i, stage in enumerate(self.config.curriculum.stages):
             try:
                 make(self.config.env.name, **{**self.options, **stage.env})
@@ -202,7 +207,8 @@ class Trainer:
 
     def _recipe(self, options: dict[str, Any]) -> TeamRecipe:
         """How to build a team in a world with ``options`` (picklable: Ray workers build theirs from it)."""
-        return TeamRecipe(self.config.env.name, dict(options), self.rewards, self.config.team.history_len)
+        return TeamRecipe(self.config.env.name, dict(options), self.rewards, self.config.team.history_len,
+                          self.make_agent)
 
     def warm_up(self) -> None:
         """Behaviour cloning before RL (once per run; a resumed run skips it)."""
@@ -289,7 +295,8 @@ class Trainer:
         policy = WholeTeamPolicy if self.collector.actor is not None else CoordinatorPolicy
         result = run_episodes(self.config.env.name, {**self.options, **overrides},
                               policy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
-                              history_len=self.config.team.history_len, label=f"trained ({suite})")
+                              history_len=self.config.team.history_len, label=f"trained ({suite})",
+                              make_agent=self.make_agent)
         return summarize(result)
 
     # ------------------------------------------------------------------ loop

@@ -1,0 +1,81 @@
+"""Exact scores of options after a chat prompt: the local LLM role agents' model (``agents.llm``).
+
+A prompt is cut like a coordinator decision (``policy.prompts``): static = chat head + system text +
+user head (shared by every tick of an agent: encoded once per batch and memoised), dynamic = user
+text + assistant head, options = action text + end marker. One ``CandidateScorer`` pass scores every
+prompt of a batch (one pass per distinct system text).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any, ContextManager, Protocol
+
+import torch
+
+from teamtr.policy.backbone import load_backbone
+from teamtr.policy.prompts import ChatFormat, TokenCache, word_count
+from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
+
+
+class ChoicePromptLike(Protocol):
+    """What is scored (``agents.llm.ChoicePrompt`` fits): system text, user text, options."""
+
+    system: str
+    user: str
+    options: Sequence[str]
+
+
+class ChoiceScorer:
+    """``agents.llm.ChoiceScore`` on a model.
+
+    Args:
+        tokenizer: the model's tokenizer.
+        scorer: a ``CandidateScorer`` on the model.
+        normalization: ``sum``, ``token`` or ``word`` (as ``policy.normalization``).
+        context: entered around every pass (the coordinator's ``disable_adapter``: the base model).
+    """
+
+    def __init__(self, tokenizer: Any, scorer: CandidateScorer, normalization: str = "token",
+                 context: Callable[[], ContextManager[None]] = contextlib.nullcontext) -> None:
+        self.scorer = scorer
+        self.normalization = normalization
+        self.context = context
+        self.chat = ChatFormat.from_tokenizer(tokenizer)
+        self.tokens = TokenCache(tokenizer)
+        end = self.tokens([self.chat.end])[0]
+        self.end_ids: tuple[int, ...] = end[:1] if end else (int(tokenizer.eos_token_id),)
+
+    @classmethod
+    def of_coordinator(cls, coordinator: Any) -> ChoiceScorer:
+        """The coordinator's own backbone without its adapter (one copy of the weights)."""
+        return cls(coordinator.tokenizer, coordinator.scorer, coordinator.normalization,
+                   coordinator.disable_adapter)
+
+    @classmethod
+    def of_backbone(cls, name: str, device: str = "auto", dtype: str = "auto",
+                    normalization: str = "token") -> ChoiceScorer:
+        """Another backbone (a built-in name, a hub id or a local directory), loaded once."""
+        backbone = load_backbone(name, device=device, dtype=dtype)
+        return cls(backbone.tokenizer, CandidateScorer(backbone.model), normalization)
+
+    @torch.no_grad()
+    def __call__(self, prompts: Sequence[ChoicePromptLike]) -> list[list[float]]:
+        """Scores [len(prompts)][options of each], normalised as ``normalization`` says."""
+        statics = self.tokens([self.chat.head + p.system + self.chat.user_head for p in prompts])
+        dynamics = self.tokens([p.user + self.chat.assistant_head for p in prompts])
+        options = [self.tokens(list(p.options)) for p in prompts]
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i, prefix in enumerate(statics):
+            groups.setdefault(prefix, []).append(i)
+        out: list[list[float]] = [[] for _ in prompts]
+        with self.context():
+            for prefix, idx in groups.items():
+                decs = [EncodedDecision(dynamics[i], [o + self.end_ids for o in options[i]],
+                                        [word_count(t) for t in prompts[i].options]) for i in idx]
+                scores = self.scorer.forward(pack(prefix, decs, self.scorer.max_positions))
+                rows = scores.normalized(self.normalization).float().cpu()
+                for j, i in enumerate(idx):
+                    out[i] = rows[j, : len(prompts[i].options)].tolist()
+        return out
