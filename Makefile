@@ -53,4 +53,4 @@ train-rl: setup
 	OMP_WAIT_POLICY=PASSIVE $(BIN)/teamtr train --config escape_room_ppo --set run_dir=runs/escape_room_ppo-$$(date +%Y%m%d-%H%M%S)
 
 clean:
-	rm -rf $(VENV) runs results .pytest_cache
+	rm -rf $(VENV) runs .pytest_cache
