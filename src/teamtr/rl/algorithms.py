@@ -156,6 +156,28 @@ class Algorithm:
         self.generator.set_state(state["generator"])
 
 
+def run_epochs(epochs: int, minibatches: Callable[[], list[Any]],
+               run_epoch: Callable[[list[Any]], EpochLog]) -> dict[str, float]:
+    """Up to ``epochs`` passes (fresh minibatches each), stopping after an epoch that hit the KL limit;
+    the metrics of the last epoch that ran a step, with the skipped-step count and the epochs run
+    (steps over minibatches per epoch)."""
+    skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
+    for _ in range(epochs):
+        batches = minibatches()
+        per_epoch = max(len(batches), 1)
+        epoch = run_epoch(batches)
+        skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
+        if epoch.rows or not last.rows:
+            last = epoch
+        if epoch.stopped:
+            break
+    metrics = summarise(last.rows)
+    metrics["value/explained_variance"] = (explained_variance(torch.cat(last.values), torch.cat(last.returns))
+                                           if last.values else float("nan"))
+    metrics.update({"optim/skipped_steps": float(skipped), "optim/epochs_run": steps / per_epoch})
+    return metrics
+
+
 class PPO(Algorithm):
     """Proximal policy optimisation over exact candidate distributions (see the module docstring)."""
 
@@ -183,23 +205,9 @@ class PPO(Algorithm):
             g["lr"] = g["base_lr"] * mult
         kl_limit = (c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None
                     else math.inf)
-        skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
-        for _ in range(c.epochs):
-            batches = list(rollout.minibatches(c.minibatch_size, self.generator))
-            per_epoch = max(len(batches), 1)
-            epoch = self._epoch(evaluate, batches, ent_coef, kl_coef, kl_limit)
-            skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
-            if epoch.rows or not last.rows:
-                last = epoch
-            if epoch.stopped:
-                break
-        metrics = summarise(last.rows)
-        metrics["value/explained_variance"] = (
-            explained_variance(torch.cat(last.values), torch.cat(last.returns))
-            if last.values else float("nan"))
-        metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef,
-                        "optim/kl_coef": kl_coef, "optim/skipped_steps": float(skipped),
-                        "optim/epochs_run": steps / per_epoch})
+        metrics = run_epochs(c.epochs, lambda: list(rollout.minibatches(c.minibatch_size, self.generator)),
+                             lambda batches: self._epoch(evaluate, batches, ent_coef, kl_coef, kl_limit))
+        metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
         if self.clip and math.isfinite(metrics["policy/kl_ref_new"]):
             self.kl.update(metrics["policy/kl_ref_new"], len(rollout))
         self.updates_done += 1

@@ -22,8 +22,8 @@ from teamtr.policy.coordinator import Coordinator
 from teamtr.policy.decoding import GrammarDecision
 from teamtr.policy.whole_team import act_whole_team, dense, score_whole_team
 from teamtr.rl import PPO, Rollout
-from teamtr.rl.algorithms import EpochLog, step_row, summarise
-from teamtr.rl.losses import clipped_value_loss, explained_variance, token_policy_terms
+from teamtr.rl.algorithms import EpochLog, run_epochs, step_row
+from teamtr.rl.losses import clipped_value_loss, token_policy_terms
 from teamtr.rl.rollout import Minibatch
 from teamtr.team import TeamState
 
@@ -125,20 +125,8 @@ def token_update(algo: PPO, actor: WholeTeamActor, rollout: Rollout, token_level
     for g in algo.optimizer.param_groups:
         g["lr"] = g["base_lr"] * mult
     limit = c.early_stop_factor * c.target_kl if c.early_stop_factor is not None else math.inf
-    skipped, steps, per_epoch, last = 0, 0, 1, EpochLog()
-    for _ in range(c.epochs):
-        batches = _by_prefix(rollout, actor, c.minibatch_size, algo.generator)
-        per_epoch = max(len(batches), 1)
-        epoch = _epoch(algo, actor, batches, ent_coef, kl_coef, token_level, limit)
-        skipped, steps = skipped + epoch.skipped, steps + len(epoch.rows)
-        if epoch.rows or not last.rows:
-            last = epoch
-        if epoch.stopped:
-            break
-    metrics = summarise(last.rows)
-    metrics["value/explained_variance"] = (explained_variance(torch.cat(last.values), torch.cat(last.returns))
-                                           if last.values else float("nan"))
-    metrics.update({"optim/skipped_steps": float(skipped), "optim/epochs_run": steps / per_epoch})
+    metrics = run_epochs(c.epochs, lambda: _by_prefix(rollout, actor, c.minibatch_size, algo.generator),
+                         lambda batches: _epoch(algo, actor, batches, ent_coef, kl_coef, token_level, limit))
     metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
     if math.isfinite(metrics["policy/kl_ref_new"]):
         algo.kl.update(metrics["policy/kl_ref_new"], len(rollout))
