@@ -86,3 +86,10 @@ def test_play_lets_a_person_coordinate(monkeypatch, capsys):
     out = capsys.readouterr().out
     assert ". agent_C: fetch the map" in out and "'x' is no directive now" in out
     assert "episode over: success after 9 ticks" in out
+
+
+def test_envs_lists_options_with_defaults_and_derived_ones_as_auto(capsys):
+    assert main(["envs"]) == 0
+    out = capsys.readouterr().out
+    assert "deadline=auto" in out and "bug_rate=0.5" in out
+    assert "goal_soups=auto" in out and "None" not in out

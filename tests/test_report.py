@@ -215,3 +215,13 @@ def test_a_report_symlink_out_of_the_run_is_refused(tmp_path: Path) -> None:
     (run / "report" / "index.html").symlink_to(outside / "keep.png")
     write_report(run)
     assert (outside / "keep.png").read_bytes() == b"mine" and not (run / "report" / "index.html").is_symlink()
+
+
+def test_eval_table_puts_the_worlds_headline_metric_after_success(tmp_path: Path) -> None:
+    """An Overcooked run's periodic evaluation shows soups served beside success (its headline metric)."""
+    (tmp_path / "config.yaml").write_text("env:\n  name: overcooked\n")
+    with RunLogger(tmp_path, tensorboard=False) as logger:
+        logger.log("eval", 2, {"suite": "heldout", "eval/success": 0.5, "eval/soups": 7.25, "eval/return": 145.0})
+    page = write_report(tmp_path).read_text()
+    assert "<th>success</th><th>soups</th><th>return</th>" in page
+    assert "<tr><td>heldout</td><td>2</td><td>0.500</td><td>7.250</td><td>145.000</td>" in page

@@ -50,8 +50,10 @@ def cmd_envs(_: argparse.Namespace) -> int:
             found = options(name)
         except TeamTRError:
             continue  # a missing extra or a broken plug-in: info() already says which
-        shown = ", ".join(k if v is inspect.Parameter.empty else f"{k}={v!r}" for k, v in found.items())
+        shown = ", ".join(k if v is inspect.Parameter.empty else f"{k}={'auto' if v is None else repr(v)}"
+                          for k, v in found.items())
         print(f"{'':<{width}}  options: {shown or 'none'}")
+    print("(auto: the world derives the value from its other options, e.g. overcooked's goal_soups from the layout)")
     return 0
 
 

@@ -23,6 +23,7 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
+from teamtr.envs.registry import world_class
 from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
@@ -30,7 +31,7 @@ from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
 from teamtr.telemetry.log import RunLogger
-from teamtr.telemetry.metrics import summarize
+from teamtr.telemetry.metrics import headline_metrics, summarize
 from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
 from teamtr.train.card import write_model_card
@@ -297,7 +298,7 @@ class Trainer:
                               policy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})",
                               make_agent=self.make_agent)
-        return summarize(result)
+        return summarize(result, headline_metrics(world_class(self.config.env.name)))
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, float]:
