@@ -403,3 +403,28 @@ def test_a_setup_that_fails_takes_back_its_run_directory(tmp_path, monkeypatch, 
     monkeypatch.undo()
     assert main(argv) == 0  # the same command now runs: nothing blocks the retry
     assert latest_checkpoint(tmp_path / "run").name == "iter_000001"
+
+
+def test_model_init_starts_from_another_runs_adapter_as_the_warm_start(tmp_path):
+    """A BC-only run's adapter as the start of RL runs (one warm-up shared by many algorithms): the
+    new run acts exactly as that adapter, keeps it as bc/ for algo.ref=bc, and resumes with it."""
+    source = Trainer(load_config(None, [*TINY, f"run_dir={tmp_path / 'bc_run'}", "bc.enabled=true",
+                                        "bc.demos=24", "bc.epochs=1", "bc.batch_size=8", "train.iterations=0"]))
+    source.warm_up()
+    source.close()
+    states = [source.make_team().reset(s) for s in range(3)]
+    cloned = source.coordinator.act(states, greedy=True).logp
+    sets = [f"model.init={tmp_path / 'bc_run' / 'bc'}", "algo.ref=bc", "algo.kl_coef=0.1"]
+    trainer = Trainer(config(tmp_path, *sets))
+    assert torch.equal(trainer.coordinator.act(states, greedy=True).logp, cloned)
+    assert trainer.bc_done and (tmp_path / "run" / "bc" / "adapter").is_dir()
+    rollout, _, _ = trainer.collect()
+    assert torch.equal(rollout.ref_logp[rollout.mask], rollout.logp[rollout.mask])  # KL against the init
+    trainer.run()
+    trainer.close()
+    resumed = Trainer(config(tmp_path, *sets, "train.iterations=3"), resume=True)
+    assert resumed.iteration == 2 and resumed.bc_state is not None
+    assert all(torch.equal(resumed.bc_state[k], v) for k, v in trainer.bc_state.items())
+    resumed.close()
+    with pytest.raises(TeamTRError, match="model.init=.*nowhere.*no checkpoint there"):
+        Trainer(load_config(None, [*TINY, f"run_dir={tmp_path / 'r2'}", f"model.init={tmp_path / 'nowhere'}"]))

@@ -89,6 +89,9 @@ class ModelConfig(_Section):
     value_grad_to_trunk: bool = False  # let the value loss move the adapter too
     layer_lr_decay: float = Field(1.0, gt=0, le=1)  # lr of layer i = lr * decay^(layers above i)
     lora: LoraSettings = LoraSettings()  # rank, alpha, dropout, target_modules (policy/settings.py)
+    #: start from this adapter (a run directory, a checkpoint folder or a run's bc/ folder) instead of
+    #: fresh LoRA weights; with bc.enabled false it is the warm start (algo.ref=bc measures KL against it)
+    init: str | None = None
 
     @field_validator("lora", mode="before")
     @classmethod

@@ -100,6 +100,8 @@ class Trainer:
         self.lock = RunLock(self.run_dir) if self.dist.is_main else None  # rank 0 alone writes the run
         try:
             resume_at = self._restore() if resume else None
+            if resume_at is None and config.model.init:
+                self._warm_start(config.model.init)
             if self.algo is None and not config.bc.enabled:
                 self._start_rl()
             if self.dist.is_main:
@@ -163,6 +165,25 @@ class Trainer:
         if self.bc_done and self.config.algo.ref == "bc" and (self.run_dir / "bc").is_dir():
             self.bc_state = self.coordinator.read_adapter(self.run_dir / "bc")
         return self.iteration
+
+    def _warm_start(self, init: str) -> None:
+        """Load ``model.init``'s adapter and value head; without behaviour cloning it is the warm start
+        (kept as ``bc/``, so that algo.ref=bc measures KL against it, on resume too)."""
+        from teamtr.cli import resolve_checkpoint
+
+        try:
+            folder, _ = resolve_checkpoint(init)
+            self.coordinator.load(folder)
+        except TeamTRError as err:
+            raise TeamTRError(f"model.init={init}: {err}") from None
+        if self.config.bc.enabled:
+            return  # behaviour cloning continues from it
+        self.bc_done = True
+        if self.dist.is_main:
+            with uninterrupted():
+                self.coordinator.save(self.run_dir / "bc")
+        if self.config.algo.ref == "bc":
+            self.bc_state = self.coordinator.adapter_state()
 
     def _open_logs(self, resume: bool, resume_at: int | None) -> None:
         """Write the config; open the metrics log, cut back to ``resume_at`` (a run killed before its
