@@ -82,8 +82,10 @@ def main() -> int:
     for name, r in rows.items():
         print(f"| {name} | " + " | ".join(f"{r[c]:.3f}" for c in COLUMNS) + " |")
     if args.out:
-        write_json(args.out, {"env": config.env.name, "episodes": args.episodes, "seed": args.seed,
-                              "checkpoint": args.checkpoint, "rows": rows})
+        write_json(args.out, {"env": config.env.name, "options": config.env.options(), "episodes": args.episodes,
+                              "seed": args.seed, "checkpoint": args.checkpoint,
+                              "command": "python " + " ".join(["benchmarks/llm_agents.py", *sys.argv[1:]]),
+                              "remote_model": args.remote_model if args.remote_url else None, "rows": rows})
     return 0
 
 

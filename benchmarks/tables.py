@@ -8,7 +8,8 @@ A table in the README sits between two markers that name its kind and its files:
 
 Kinds: ``worlds`` (``teamtr eval --json`` files of scripted baselines: success per policy with the
 options the command resolved), ``sweep`` (``teamtr sweep --json``: mean ± std over seeds per policy,
-with the command and the resolved world) and ``compare`` (``teamtr report --compare``'s compare.json).
+with the command and the resolved world), ``compare`` (``teamtr report --compare``'s compare.json) and
+``agents`` (``benchmarks/llm_agents.py --out``: a coordinator with scripted vs LLM role agents).
 
     python benchmarks/tables.py sweep results/sweep_software_team.json   # print one table
     python benchmarks/tables.py --update README.md                       # regenerate every marked block
@@ -31,6 +32,10 @@ BLOCK = re.compile(r"(<!-- results: (\w+) ([^>]*?) -->\n)(.*?)(<!-- /results -->
 SWEEP_COLUMNS = (("success", "success"), ("return", "return"), ("length", "length"),
                  ("idle_rate", "idle rate"), ("comm_effectiveness", "comm. effectiveness"),
                  ("invalid_rate", "invalid rate"))
+AGENT_COLUMNS = (("success", "success"), ("return", "return"), ("comm_effectiveness", "comm. effectiveness"),
+                 ("invalid_rate", "invalid rate"), ("ignored_rate", "ignored rate"),
+                 ("reply_invalid", "unusable replies / episode"), ("remote_fallback", "fallbacks / episode"),
+                 ("seconds", "seconds"))
 COMPARE_COLUMNS = (("final", "final success"), ("best", "best"), ("worst_drop", "worst drop"),
                    ("collapsed", "collapsed"), ("kl_per_update", "KL per update"))
 
@@ -95,7 +100,24 @@ def compare(files: list[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-KINDS: dict[str, Callable[[list[str]], str]] = {"worlds": worlds, "sweep": sweep, "compare": compare}
+def agents(files: list[str]) -> str:
+    """A coordinator with scripted vs LLM role agents (``benchmarks/llm_agents.py --out``), a block per file."""
+    out = []
+    for f in files:
+        d = _load(f)
+        out.append(f"`{d['command']}`: {d['env']} ({_options(d['options'])}), {d['episodes']} held-out seeds "
+                   f"from {d['seed']:,} (`{f}`)\n")
+        out.append("| coordinator + role agents | " + " | ".join(label for _, label in AGENT_COLUMNS) + " |")
+        out.append("|---" * (len(AGENT_COLUMNS) + 1) + "|")
+        for name, row in d["rows"].items():
+            out.append(f"| {name} | " + " | ".join(f"{row[key]:.2f}" if key in ("return", "seconds")
+                                                    else f"{row[key]:.3f}" for key, _ in AGENT_COLUMNS) + " |")
+        out.append("")
+    return "\n".join(out)
+
+
+KINDS: dict[str, Callable[[list[str]], str]] = {"worlds": worlds, "sweep": sweep, "compare": compare,
+                                                "agents": agents}
 
 
 def expand(patterns: str) -> list[str]:
