@@ -59,8 +59,9 @@ class ChoiceScorer:
     def of_coordinator(cls, coordinator: Any) -> ChoiceScorer:
         """The coordinator's own backbone without its adapter (one copy of the weights), or with a
         role's adapter for prompts that name a role."""
+        roles = getattr(coordinator, "roles", None)
         return cls(coordinator.tokenizer, coordinator.scorer, coordinator.normalization,
-                   coordinator.disable_adapter, coordinator.roles.active)
+                   coordinator.disable_adapter, roles.active if roles is not None else None)
 
     @classmethod
     def of_backbone(cls, name: str, device: str = "auto", dtype: str = "auto",

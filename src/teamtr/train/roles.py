@@ -196,8 +196,8 @@ def run_stage(config: Config, coordinator: CoordinatorLike,
     last = tune(coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=config.seed, log=log)
     after = agreement(coordinator, heldout, tuned=True)
     summary: dict[str, float] = {**last, "roles/agreement_before": _mean(before), "roles/agreement_after": _mean(after),
-                                 **{f"roles/agreement_before/{_tag(r)}": v for r, v in before.items()},
-                                 **{f"roles/agreement_after/{_tag(r)}": v for r, v in after.items()},
+                                 **{f"roles/agreement_before/{tag(r)}": v for r, v in before.items()},
+                                 **{f"roles/agreement_after/{tag(r)}": v for r, v in after.items()},
                                  "roles/demos": len(demos), "roles/heldout": len(heldout)}
     if success_before is not None:
         summary["roles/oracle_success_untuned"] = success_before
@@ -211,5 +211,6 @@ def _mean(values: dict[str, float]) -> float:
     return sum(values.values()) / max(1, len(values))
 
 
-def _tag(role: str) -> str:
+def tag(role: str) -> str:
+    """A role as a metric-name part: ``product manager`` -> ``product_manager``."""
     return role.replace(" ", "_")
