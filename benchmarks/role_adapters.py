@@ -8,9 +8,10 @@ Every role agent is an ``llm`` agent (``team.agents.default=llm``) on the coordi
 ``train/roles.py`` collects ``team.llm.role_adapters.demos`` scripted choices per role (oracle
 directives, a share ``explore`` random), measures agreement on ``heldout`` held-out views and the
 oracle coordinator's success over ``eval_episodes`` held-out episodes with the untuned agents, tunes
-one adapter per role, and measures both again. ``--checkpoint``: the coordinator (and its base model)
-of a run instead of the config's base model (the oracle directs either way; this only matters for a
-run trained on another backbone). Prints a table per role and writes JSON with ``--out``.
+one adapter per role, and measures both again. ``--checkpoint RUN``: the run's config and trained
+coordinator (the agents use its base model), and also that coordinator's success with the untuned and
+the tuned agents on the same episodes. Prints a table per role and writes JSON with ``--out``; the
+adapters are not saved (``teamtr train`` with ``team.llm.role_adapters.enabled`` keeps them).
 """
 
 from __future__ import annotations
@@ -60,6 +61,14 @@ def main() -> int:
     if cfg.eval_episodes:
         print(f"oracle coordinator, {cfg.eval_episodes} held-out episodes: success with untuned LLM agents "
               f"{summary['roles/oracle_success_untuned']:.3f}, with tuned {summary['roles/oracle_success_tuned']:.3f}")
+    if args.checkpoint and cfg.eval_episodes:  # the run's trained coordinator with the same two teams
+        from teamtr.eval.policies import CoordinatorPolicy
+
+        for tuned in (False, True):
+            summary[f"trained_success_{'tuned' if tuned else 'untuned'}"] = roles.team_success(
+                config, coordinator, tuned, cfg.eval_episodes, CoordinatorPolicy(coordinator, greedy=True))
+        print(f"trained coordinator, same episodes: success with untuned LLM agents "
+              f"{summary['trained_success_untuned']:.3f}, with tuned {summary['trained_success_tuned']:.3f}")
     if args.out:
         write_json(args.out, {"env": config.env.name, "options": config.env.options(),
                               "backbone": config.model.backbone, "settings": cfg.model_dump(),

@@ -165,9 +165,10 @@ def tune(coordinator: CoordinatorLike, demos: Sequence[RoleDemo], *, epochs: int
     return metrics
 
 
-def team_success(config: Config, coordinator: CoordinatorLike, tuned: bool, episodes: int) -> float:
-    """Mean success of the oracle coordinator with ``config``'s team, LLM agents tuned or not, on the
-    first ``episodes`` held-out seeds."""
+def team_success(config: Config, coordinator: CoordinatorLike, tuned: bool, episodes: int,
+                 policy: Any = None) -> float:
+    """Mean success of ``policy`` (default: the oracle coordinator) with ``config``'s team, LLM agents
+    tuned or not, on the first ``episodes`` held-out seeds."""
     from teamtr.eval.evaluate import run_episodes
     from teamtr.eval.policies import OraclePolicy
     from teamtr.eval.team_agents import agent_factory
@@ -175,9 +176,10 @@ def team_success(config: Config, coordinator: CoordinatorLike, tuned: bool, epis
     c = config.model_copy(deep=True)
     c.team.llm.role_adapters.enabled = tuned
     offset = config.train.eval_seed_offset
-    metrics = run_episodes(c.env.name, c.env.options(), OraclePolicy(), list(range(offset, offset + episodes)),
+    policy = policy or OraclePolicy()
+    metrics = run_episodes(c.env.name, c.env.options(), policy, list(range(offset, offset + episodes)),
                            rewards=c.rewards.composer(), history_len=c.team.history_len,
-                           label=f"oracle + {'tuned' if tuned else 'untuned'} LLM agents",
+                           label=f"{type(policy).__name__} + {'tuned' if tuned else 'untuned'} LLM agents",
                            make_agent=agent_factory(c, coordinator))
     return sum(m.success for m in metrics) / max(1, len(metrics))
 
