@@ -4,7 +4,8 @@
         [--remote-url http://127.0.0.1:8080/v1 --remote-model smollm2] [--zero-shot] [--out FILE]
 
 Rows: ``scripted`` (the run's own team), ``local-LLM`` (every role agent an ``LLMAgent`` on the
-coordinator's backbone with its adapter disabled) and, with ``--remote-url``, ``remote-LLM`` (every role
+coordinator's backbone with its adapter disabled), ``local-LLM tuned`` when the run tuned role adapters
+(``team.llm.role_adapters``: the same agents, each with its role's adapter) and, with ``--remote-url``, ``remote-LLM`` (every role
 agent a ``RemoteAgent`` on that OpenAI-compatible endpoint, e.g. ``python -m llama_cpp.server --model
 SmolLM2-135M-Instruct.Q4_1.gguf --model_alias smollm2 --port 8080``). ``--zero-shot`` adds the same rows
 with the coordinator's adapter off, for contrast. Columns: success, return, communication
@@ -59,14 +60,18 @@ def main() -> int:
     sets = [f"team.remote.base_url={args.remote_url}", f"team.remote.model={args.remote_model}",
             "team.remote.timeout_s=120", "team.remote.concurrency=1"] if args.remote_url else []
     coordinator, config, _ = load_coordinator(args.checkpoint, None, sets)
-    kinds = {"scripted": None, "local-LLM": "llm", **({"remote-LLM": "remote"} if args.remote_url else {})}
+    # label -> (agent kind, with the role adapters the run tuned: team.llm.role_adapters)
+    kinds = {"scripted": (None, False), "local-LLM": ("llm", False),
+             **({"local-LLM tuned": ("llm", True)} if coordinator.roles.names else {}),
+             **({"remote-LLM": ("remote", False)} if args.remote_url else {})}
     policies = {"trained": CoordinatorPolicy(coordinator, greedy=True)}
     if args.zero_shot:
         policies["zero-shot"] = ZeroShotPolicy(coordinator, greedy=True)
     seeds = list(range(args.seed, args.seed + args.episodes))
     rows: dict[str, dict[str, float]] = {}
     for pname, policy in policies.items():
-        for label, kind in kinds.items():
+        for label, (kind, tuned) in kinds.items():
+            config.team.llm.role_adapters.enabled = tuned  # first: the team section is checked on the next line
             config.team.agents = {"default": kind} if kind else {}
             transcripts: list[dict[str, Any]] = []
             start = time.perf_counter()

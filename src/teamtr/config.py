@@ -62,11 +62,27 @@ class RemoteConfig(_Section):
         return v
 
 
+class RoleAdaptersConfig(_Section):
+    """A LoRA adapter per role of the ``llm`` agents on the coordinator's base model, behaviour-cloned on
+    the choices of that role's scripted agent before the coordinator trains (``train/roles.py``)."""
+
+    enabled: bool = False
+    demos: int = Field(200, ge=1)  # scripted-agent choices cloned, per role
+    heldout: int = Field(100, ge=1)  # held-out choices per role for the agreement before/after
+    explore: float = Field(0.3, ge=0, le=1)  # share of random directives while collecting (not only the oracle's)
+    epochs: int = Field(2, ge=1)
+    batch_size: int = Field(16, ge=1)
+    lr: float = Field(1e-3, gt=0)
+    rank: int = Field(8, ge=1)  # LoRA rank r of every role adapter (alpha = 2r; modules: model.lora's)
+    eval_episodes: int = Field(20, ge=0)  # held-out episodes of the oracle with untuned, then tuned agents (0: skip)
+
+
 class LLMConfig(_Section):
     """Local ``llm`` role agents (``teamtr.agents.llm``)."""
 
     backbone: str = "same"  # same: the coordinator's backbone with its adapter disabled; or a model name
     role_prompts: dict[str, str] = {}  # agent name or role word -> who the agent is (default: from its name)
+    role_adapters: RoleAdaptersConfig = RoleAdaptersConfig()
 
 
 class TeamConfig(_Section):
@@ -78,6 +94,18 @@ class TeamConfig(_Section):
     agents: dict[str, Literal["scripted", "llm", "remote"]] = {}
     remote: RemoteConfig = RemoteConfig()
     llm: LLMConfig = LLMConfig()
+
+    @model_validator(mode="after")
+    def _role_adapters(self) -> "TeamConfig":
+        if not self.llm.role_adapters.enabled:
+            return self
+        if "llm" not in self.agents.values():
+            raise ValueError("team.llm.role_adapters.enabled is true but no role agent is an llm agent: set "
+                             "team.agents.default=llm (or name the agents), or team.llm.role_adapters.enabled=false")
+        if self.llm.backbone != "same":
+            raise ValueError(f"team.llm.role_adapters live on the coordinator's base model, but llm.backbone is "
+                             f"{self.llm.backbone!r}: set team.llm.backbone=same, or team.llm.role_adapters.enabled=false")
+        return self
 
 
 class ModelConfig(_Section):

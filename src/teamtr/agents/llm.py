@@ -10,7 +10,7 @@ coordinator's own backbone with its adapter disabled: one copy of the weights).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -19,11 +19,13 @@ from teamtr.agents.chooser import ActionRequest, Answer, ChoosingAgent
 
 @dataclass(frozen=True)
 class ChoicePrompt:
-    """One choice for a language model: a system text, a user text and the options to score."""
+    """One choice for a language model: a system text, a user text and the options to score; ``role``:
+    score with that role's adapter (``policy/roles.py``), None: the base model."""
 
     system: str
     user: str
     options: tuple[str, ...]
+    role: str | None = None
 
 
 class ChoiceScore(Protocol):
@@ -36,10 +38,12 @@ class LLMResolver:
     """Chooses the best-scored valid action of every request in one ``score`` call.
 
     ``calls`` counts the calls, ``scored`` the requests scored (the batching is testable).
+    ``role_of``: an agent name -> the role whose adapter scores its requests (None: the base model).
     """
 
-    def __init__(self, score: ChoiceScore) -> None:
+    def __init__(self, score: ChoiceScore, role_of: Callable[[str], str | None] | None = None) -> None:
         self.score = score
+        self.role_of = role_of
         self.calls = 0
         self.scored = 0
 
@@ -52,8 +56,9 @@ class LLMResolver:
         if todo:
             self.calls += 1
             self.scored += len(todo)
-            scores = self.score([ChoicePrompt(requests[i].system, requests[i].prompt, requests[i].actions)
-                                 for i in todo])
+            role = self.role_of or (lambda agent: None)
+            scores = self.score([ChoicePrompt(requests[i].system, requests[i].prompt, requests[i].actions,
+                                              role(requests[i].agent)) for i in todo])
             for i, row in zip(todo, scores, strict=True):
                 answers[i] = Answer(max(range(len(row)), key=row.__getitem__))
         return answers

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from teamtr.agents.chooser import Resolver
+from collections.abc import Callable
+
+from teamtr.agents.chooser import Resolver, role_word
 from teamtr.agents.llm import LLMResolver
 from teamtr.agents.mixed import MixedTeam, check_keys
 from teamtr.agents.remote import RemoteResolver
@@ -20,7 +22,8 @@ def check_team(config: Config, world: World) -> None:
 def agent_factory(config: Config, coordinator: Any = None) -> MixedTeam | None:
     """The ``Team(make_agent=...)`` for ``config.team``; None for an all-scripted team (the default,
     with the world's ``compliance``). ``llm`` agents score with ``coordinator``'s backbone, adapter
-    disabled (``team.llm.backbone: same``), or load ``team.llm.backbone`` once."""
+    disabled (``team.llm.backbone: same``), or load ``team.llm.backbone`` once; with
+    ``team.llm.role_adapters.enabled`` each scores with its role's adapter on that backbone."""
     from teamtr.policy.choices import ChoiceScorer
 
     team = config.team
@@ -36,7 +39,24 @@ def agent_factory(config: Config, coordinator: Any = None) -> MixedTeam | None:
         else:
             m = config.model
             score = ChoiceScorer.of_backbone(team.llm.backbone, m.device, m.dtype, config.policy.normalization)
-        resolvers["llm"] = LLMResolver(score)
+        resolvers["llm"] = LLMResolver(score, role_resolver(config, coordinator))
     if "remote" in kinds:
         resolvers["remote"] = RemoteResolver(**team.remote.model_dump())
     return MixedTeam(team.agents, resolvers, team.llm.role_prompts)
+
+
+def role_resolver(config: Config, coordinator: Any) -> Callable[[str], str | None] | None:
+    """Agent name -> its role (whose adapter scores it) when ``team.llm.role_adapters.enabled``;
+    refuses a coordinator that carries no role adapters (a checkpoint trained without them)."""
+    if not config.team.llm.role_adapters.enabled:
+        return None
+    if not coordinator.roles.names:
+        raise TeamTRError("team.llm.role_adapters.enabled is true but the coordinator carries no role adapters: "
+                          "load a checkpoint trained with them (teamtr train tunes them first), or set "
+                          "team.llm.role_adapters.enabled=false.")
+
+    def role(agent: str) -> str:
+        coordinator.roles.name_of(role_word(agent))  # an unknown role fails here, naming the carried ones
+        return role_word(agent)
+
+    return role

@@ -26,6 +26,7 @@ from teamtr.atomic import read_json, read_safetensors
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import Backbone, backbone_layers, base_model_path, load_backbone
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
+from teamtr.policy.roles import OWN, RoleAdapters
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
 from teamtr.rl.losses import masked_log_softmax
@@ -44,6 +45,8 @@ class ActOutput:
 
 class CoordinatorLike(Protocol):
     """What training and evaluation use of a coordinator (``Coordinator`` is the one implementation)."""
+
+    roles: RoleAdapters  # the local LLM role agents' adapters on the same base model (policy/roles.py)
 
     def act(self, decisions: Sequence[DecisionLike], greedy: bool = False,
             generator: torch.Generator | None = None, keep: bool = False) -> ActOutput: ...
@@ -115,6 +118,7 @@ class Coordinator(nn.Module):
         )
         self.peft = get_peft_model(hf, config)
         self.scorer = CandidateScorer(hf)  # peft replaced the Linear modules in place
+        self.roles = RoleAdapters(self.peft, self.weights_changed)  # none until added (policy/roles.py)
         hidden = int(hf.config.hidden_size)
         self.value_head = nn.Linear(hidden, 1).to(device=backbone.device, dtype=torch.float32)
         nn.init.zeros_(self.value_head.weight)
@@ -275,7 +279,7 @@ class Coordinator(nn.Module):
         first = n - rl_layer_count(layers, n - self.first_trained)
         for name, p in self.peft.named_parameters():
             m = re.search(r"\.layers\.(\d+)\.", name)
-            if "lora_" in name and m:
+            if "lora_" in name and f".{OWN}." in name and m:  # the coordinator's adapter, not the roles'
                 p.requires_grad_(int(m.group(1)) >= first)
         self.first_trained = first
         self._store.clear()
@@ -415,7 +419,9 @@ class Coordinator(nn.Module):
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        self.peft.save_pretrained(str(d / "adapter"), safe_serialization=True)
+        self.peft.save_pretrained(str(d / "adapter"), safe_serialization=True, selected_adapters=[OWN])
+        if self.roles.names:
+            self.roles.save(d / "roles", base_model_path(self.backbone.name))
         save_file({k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
                   str(d / "value_head.safetensors"))
         (d / "coordinator.json").write_text(json.dumps(self.settings(), indent=2))
@@ -450,6 +456,8 @@ class Coordinator(nn.Module):
             raise TeamTRError(f"{head_path}: holds {sorted(head)}, not a value head ({sorted(self.value_head.state_dict())}).")
         set_peft_model_state_dict(self.peft, state)
         self.value_head.load_state_dict(head)
+        if (d / "roles").is_dir():
+            self.roles.load(d / "roles")
         self.weights_changed()
 
 

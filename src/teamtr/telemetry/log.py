@@ -33,7 +33,7 @@ METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
 TENSORBOARD_DIR = "tb"
 WANDB_ID_FILE = "wandb_id.txt"
-KINDS: tuple[str, ...] = ("train", "eval", "bc")
+KINDS: tuple[str, ...] = ("train", "eval", "bc", "roles")  # roles: the LLM role agents' tuning (train/roles.py)
 
 
 def _metrics_path(run_dir: str | Path) -> Path:

@@ -23,6 +23,7 @@ from safetensors.torch import save_file
 from teamtr.atomic import atomic_directory, read_json, read_safetensors
 from teamtr.core import TeamTRError
 from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.policy.roles import role_files
 from teamtr.rl import Algorithm
 
 PREFIX = "iter_"
@@ -143,7 +144,12 @@ def validate_checkpoint(path: Path) -> str | None:
     path = Path(path)
     if not path.is_dir() or not any(path.iterdir()):
         return f"{path.name}: empty folder"
-    for name in CHECKPOINT_FILES:
+    roles = path / "coordinator" / "roles"
+    try:  # the LLM role agents' adapters, when the run tuned them (policy/roles.py)
+        extra = [f.relative_to(path).as_posix() for f in role_files(roles)] if roles.is_dir() else []
+    except TeamTRError as err:
+        return f"{path.name}: {str(err).replace(str(path) + '/', '')}"
+    for name in (*CHECKPOINT_FILES, *extra):
         f = path / name
         try:
             read_json(f) if name.endswith(".json") else read_safetensors(f)

@@ -34,6 +34,7 @@ from teamtr.telemetry.log import RunLogger
 from teamtr.telemetry.metrics import headline_metrics, summarize
 from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
+from teamtr.train import roles as roles_mod
 from teamtr.train.card import write_model_card
 from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
 from teamtr.train.collect import TrainSeeds, make_collector
@@ -69,6 +70,9 @@ class Trainer:
         self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
         self.coordinator: CoordinatorLike = coordinator or build_coordinator(config)
+        self.roles_done = not config.team.llm.role_adapters.enabled  # train/roles.py: tuned before the coordinator
+        if not self.roles_done:
+            roles_mod.attach(config, self.coordinator)
         self.make_agent = agent_factory(config, self.coordinator)  # None: scripted role agents
         self.algo_config = self._algo_config()
         self.algo: Algorithm | None = None  # built once behaviour cloning is done (it may freeze lower layers)
@@ -153,6 +157,7 @@ class Trainer:
         self.seeds.next = state["train_seed"]
         self.collector.episode_id = state["episode_id"]
         self.bc_done = state["bc_done"]
+        self.roles_done = state.get("roles_done", self.roles_done)
         self.collector.generator.set_state(state["generator"])
         if self.dist.rank:  # rank 0's stream was saved; the others draw their own from here
             self.collector.generator.manual_seed(rank_seed(self.config.seed, self.dist.rank, self.iteration))
@@ -196,7 +201,7 @@ class Trainer:
         c = self.config
         self.logger = RunLogger(self.run_dir, tensorboard=c.log.tensorboard, wandb=c.log.wandb,
                                 wandb_project=c.log.wandb_project, config=c.model_dump(mode="json"),
-                                resume_iteration=resume_at, keep_kinds=("bc",))
+                                resume_iteration=resume_at, keep_kinds=("bc", "roles"))
         if resume_at is not None:
             truncate_transcripts(self.run_dir, resume_at)
 
@@ -257,6 +262,15 @@ class Trainer:
                 self.coordinator.save(self.run_dir / "bc")
         if self.config.algo.ref == "bc":
             self.bc_state = self.coordinator.adapter_state()
+
+    def tune_roles(self) -> None:
+        """Behaviour-clone the LLM role agents' adapters (``team.llm.role_adapters``; once per run)."""
+        if self.roles_done:
+            return
+        summary = roles_mod.run_stage(self.config, self.coordinator, log=lambda step, m: self._log("roles", step, m))
+        self.roles_done = True
+        say(f"role agents tuned: agreement with the scripted choice {summary['roles/agreement_before']:.3f} -> "
+            f"{summary['roles/agreement_after']:.3f} on {summary['roles/heldout']:.0f} held-out views")
 
     def _skips_reference(self) -> bool:
         return self.algo_config.kl_coef == 0 and self.algo_config.kl_control == "fixed"
@@ -326,6 +340,7 @@ class Trainer:
         """Warm up, then iterate to ``train.iterations``; return the last evaluation. On Ctrl-C the
         write in flight finishes and the resume command is printed before the interrupt goes on."""
         try:
+            self.tune_roles()
             self.warm_up()
             if self.algo is None:
                 self._start_rl()
@@ -413,7 +428,8 @@ class Trainer:
                 self.run_dir, self.iteration, self.coordinator, self.algo,
                 {"train_seed": self.seeds.next, "episode_id": self.collector.episode_id, "bc_done": self.bc_done,
                  "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict(),
-                 **({"replay": self.replay.state_dict()} if self.replay is not None else {})},
+                 **({"replay": self.replay.state_dict()} if self.replay is not None else {}),
+                 **({"roles_done": self.roles_done} if self.config.team.llm.role_adapters.enabled else {})},
                 keep=self.config.train.keep_checkpoints,
             )
             write_model_card(self.run_dir, path)
