@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from teamtr.core import TeamTRError
-from teamtr.policy.decoding import _Batch, _head, _pick
+from teamtr.policy.decoding import KVBatch, output_head, pick_tokens
 from teamtr.policy.grammar import parse_free_text
 from teamtr.policy.prompts import DecisionLike
 
@@ -82,9 +82,9 @@ def decode_texts(model: Any, prefix: Sequence[int], dynamics: Sequence[Sequence[
     """Write one output per prompt (``prefix`` + ``dynamics[b]``) over the whole vocabulary; returns
     the token ids (the stop token included when one was written) and their scores."""
     _check(model, prefix, dynamics, max_new_tokens, temperature)
-    head = _head(model)
+    head = output_head(model)
     B = len(dynamics)
-    batch = _Batch(model, prefix, B)
+    batch = KVBatch(model, prefix, B)
     hidden = batch.feed([list(d) for d in dynamics])
     dev = hidden.device
     value_hidden = hidden[torch.arange(B, device=dev), torch.tensor([len(d) - 1 for d in dynamics], device=dev)]
@@ -95,7 +95,7 @@ def decode_texts(model: Any, prefix: Sequence[int], dynamics: Sequence[Sequence[
     active = list(range(B))
     for t in range(max_new_tokens):
         dist = _vocab_logp(last, head, temperature)  # [A, V]
-        picked = _pick(dist, greedy, generator)
+        picked = pick_tokens(dist, greedy, generator)
         rows = torch.tensor(active, device=dev)
         logp[rows, t] = dist[torch.arange(len(active), device=dev), torch.tensor(picked, device=dev)]
         entropy[rows, t] = _entropy(dist)
@@ -120,14 +120,14 @@ def score_texts(model: Any, prefix: Sequence[int], dynamics: Sequence[Sequence[i
         raise TeamTRError(f"score_texts got {len(outputs)} outputs for {len(dynamics)} prompts (each non-empty).")
     _check(model, prefix, dynamics, max(map(len, outputs)), temperature)
     B, T = len(outputs), max(map(len, outputs))
-    hidden = _Batch(model, prefix, B).feed([list(d) + list(o[:-1]) for d, o in zip(dynamics, outputs)])
+    hidden = KVBatch(model, prefix, B).feed([list(d) + list(o[:-1]) for d, o in zip(dynamics, outputs)])
     dev = hidden.device
     lengths = torch.tensor([len(o) for o in outputs], device=dev)
     mask = torch.arange(T, device=dev)[None] < lengths[:, None]
     start = torch.tensor([len(d) - 1 for d in dynamics], device=dev)
     at = (start[:, None] + torch.arange(T, device=dev)[None]).clamp(max=hidden.shape[1] - 1)
     rows = hidden[torch.arange(B, device=dev)[:, None], at]  # [B, T, H]
-    full = _vocab_logp(rows, _head(model), temperature)  # [B, T, V]
+    full = _vocab_logp(rows, output_head(model), temperature)  # [B, T, V]
     ids = torch.tensor([list(o) + [0] * (T - len(o)) for o in outputs], device=dev)
     logp = full.gather(2, ids[..., None]).squeeze(-1) * mask
     return TextScores(logp, _entropy(full) * mask, mask, hidden[torch.arange(B, device=dev), start], full)

@@ -17,10 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from teamtr.core import TeamTRError
 from teamtr.policy.coordinator import Coordinator
 from teamtr.policy.free_text import TextScores, act_free_text, score_texts
 from teamtr.team import FreeText, TeamState
-from teamtr.train.whole_team import ReferenceWeights, TokenActor, TokenInputs, _pad
+from teamtr.train.whole_team import ReferenceWeights, TokenActor, TokenInputs, pad_rows
 
 
 @dataclass
@@ -63,7 +64,7 @@ class FreeTextActor(TokenActor):
 
     def policy_inputs(self, items: Sequence[TextDecision]) -> TokenInputs:
         if len({d.prefix for d in items}) != 1:
-            raise ValueError("a free-text minibatch must hold decisions of one static prefix")
+            raise TeamTRError("a free-text minibatch must hold decisions of one static prefix")
         assert self.acting is not None, "policy_inputs() before begin_update()"
         # The gradient-free passes first: swapping adapters in and out writes the parameters in place,
         # which would invalidate a graph built before.
@@ -80,7 +81,7 @@ class FreeTextActor(TokenActor):
         hidden = new.value_hidden.float()
         values = c.value_head(hidden if c.value_grad_to_trunk else hidden.detach()).squeeze(-1)
         mask = new.mask
-        old_logp = _pad([d.logp for d in items], mask.shape[1], None, 0.0).to(mask.device)
+        old_logp = pad_rows([d.logp for d in items], mask.shape[1], None, 0.0).to(mask.device)
         assert new.full is not None and old is not None and ref is not None
         valid = mask[..., None].expand_as(new.full)
         return TokenInputs(new.logp, old_logp, new.full, old, ref, valid, mask, values)

@@ -128,13 +128,13 @@ class WholeTeamActor(TokenActor):
         new_branch, _ = dense(s)
         T, K = new_branch.shape[1], new_branch.shape[2]
         dev = new_branch.device
-        return TokenInputs(s.logp, _pad([d.logp for d in items], T, None, 0.0).to(dev), new_branch,
-                           _pad([d.branch for d in items], T, K, -math.inf).to(dev),
-                           _pad([d.ref_branch for d in items], T, K, -math.inf).to(dev),
-                           _pad([d.valid for d in items], T, K, False).to(dev), s.branching, values)
+        return TokenInputs(s.logp, pad_rows([d.logp for d in items], T, None, 0.0).to(dev), new_branch,
+                           pad_rows([d.branch for d in items], T, K, -math.inf).to(dev),
+                           pad_rows([d.ref_branch for d in items], T, K, -math.inf).to(dev),
+                           pad_rows([d.valid for d in items], T, K, False).to(dev), s.branching, values)
 
 
-def _pad(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool) -> torch.Tensor:
+def pad_rows(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool) -> torch.Tensor:
     """Stack [t(, k)] tensors into [B, T(, K)], padding with ``fill``."""
     out = []
     for r in rows:
