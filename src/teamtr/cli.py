@@ -109,7 +109,10 @@ def _checkpoint_folder(path: str) -> tuple[Path, Path]:
                       "or a folder with adapter/).")
 
 
-def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | None, seed: int) -> dict[str, Any]:
+def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | None, seed: int,
+                   single: bool = False) -> dict[str, Any]:
+    """The policies of ``names_`` for ``config``'s run; ``single``: the coordinator scores candidates
+    whatever the run's ``team.directives`` (``play`` shows its top 3 candidates)."""
     def coordinator() -> Any:
         from teamtr.policy.coordinator import build_coordinator
 
@@ -118,7 +121,13 @@ def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | Non
             built.load(checkpoint)
         return built
 
-    return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None)
+    return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None,
+                                        **({} if single else directing(config)))
+
+
+def directing(config: Config) -> dict[str, Any]:
+    """How the coordinator policies direct: the run's ``team.directives`` (and free text's length)."""
+    return {"directives": config.team.directives, "max_new_tokens": config.policy.max_new_tokens}
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -206,13 +215,14 @@ def _train_config(args: argparse.Namespace) -> Config:
 
 def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     """The end-of-run table on held-out seeds: trained, zero-shot, random and the world's expert
-    (``oracle``, or ``heuristic``), on the trainer's model (zero-shot: its adapter switched off)."""
+    (``oracle``, or ``heuristic``), on the trainer's model (zero-shot: its adapter switched off); the
+    coordinator rows direct in the run's ``team.directives`` mode."""
     from teamtr.envs import world_class
 
     env = config.env.name
     expert = eval_policies.expert_name(world_class(env))
     policies = eval_policies.build_policies(("trained", "zero-shot", "random", expert), seed=config.seed,
-                                            coordinator=trainer.coordinator)
+                                            coordinator=trainer.coordinator, **directing(config))
     n = config.train.final_eval_episodes
     counts = {name: n for name in policies}
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
@@ -355,7 +365,7 @@ def cmd_play(args: argparse.Namespace) -> int:
                 history_len=config.team.history_len)
     advisor = None
     if checkpoint is not None:
-        policy = build_policies(["trained"], config, checkpoint, args.seed)["trained"]
+        policy = build_policies(["trained"], config, checkpoint, args.seed, single=True)["trained"]
 
         def advisor(state: Any) -> list[float]:
             policy.choose([state])

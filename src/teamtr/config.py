@@ -19,6 +19,9 @@ from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
 from teamtr.rewards.judge import DEFAULT_CLIP, DEFAULT_RUBRIC, DEFAULT_WEIGHT, EVERY
 from teamtr.rl.settings import ALGORITHM_NAMES, AlgoConfig
 
+#: How the coordinator directs (``team.directives``); ``eval.policies.DIRECTIVE_MODES`` is this tuple.
+DIRECTIVE_MODES = ("single", "whole_team", "free_text")
+
 
 #: The shipped experiments, inside the package: ``--config default`` or a path to a YAML file.
 CONFIGS_DIR = Path(__file__).parent / "configs"
@@ -88,8 +91,10 @@ class LLMConfig(_Section):
 class TeamConfig(_Section):
     history_len: int = Field(3, ge=0)
     #: single: one directive per decision from the enumerated candidates; whole_team: one line per
-    #: agent in one output, decoded under the state's grammar (policy/whole_team.py), token-level PPO
-    directives: Literal["single", "whole_team"] = "single"
+    #: agent in one output, decoded under the state's grammar (policy/whole_team.py); free_text: text
+    #: over the whole vocabulary, parsed onto that grammar (policy/free_text.py). The last two train
+    #: with token-level PPO. A curriculum stage may set another mode (curriculum.stages[i].team).
+    directives: Literal[DIRECTIVE_MODES] = "single"  # type: ignore[valid-type]
     # agent name, role word ("engineer") or "default" -> kind; names are checked against the world
     agents: dict[str, Literal["scripted", "llm", "remote"]] = {}
     remote: RemoteConfig = RemoteConfig()
@@ -141,6 +146,9 @@ class PolicyConfig(_Section):
     #: training only: the probability of swapping one entity (agent or object) of each chosen directive
     #: for another valid one (train/noise.py); PPO learns from the directive executed
     noise: float = Field(0.0, ge=0, le=1)
+    #: free-text directives: the most tokens the coordinator writes per decision (the end marker
+    #: included); a text cut there is parsed as it stands
+    max_new_tokens: int = Field(48, ge=1, le=1024)
 
 
 class AlgoSection(BaseModel):
@@ -244,10 +252,18 @@ class TrainConfig(_Section):
     eval_seed_offset: int = Field(1_000_000, ge=1)  # held-out seeds start here; training seeds below
 
 
+class StageTeam(_Section):
+    """What a curriculum stage changes of ``team``: how the coordinator directs (the seed's "grow the
+    action complexity": single, then whole_team, then free_text); None keeps ``team.directives``."""
+
+    directives: Literal[DIRECTIVE_MODES] | None = None  # type: ignore[valid-type]
+
+
 class CurriculumStage(_Section):
-    """One easier world before ``env``: its option overrides and when to move on."""
+    """One easier stage before ``env`` and ``team`` themselves: option overrides and when to move on."""
 
     env: dict[str, Any] = {}  # world options for this stage, over env's (e.g. {agents: 2, items: 2})
+    team: StageTeam = StageTeam()  # e.g. {directives: whole_team} before team.directives=free_text
     success: float | None = Field(None, gt=0, le=1)  # move on once training success, averaged over
     window: int = Field(2, ge=1)  # ... the last `window` iterations of this stage, reaches `success`
     max_iterations: int | None = Field(None, ge=1)  # move on after this many iterations at the latest
@@ -255,15 +271,16 @@ class CurriculumStage(_Section):
     @model_validator(mode="after")
     def _ends(self) -> "CurriculumStage":
         if self.success is None and self.max_iterations is None:
-            raise ValueError("a curriculum stage needs `success` or `max_iterations` (else it never ends)")
+            raise ValueError("a curriculum stage needs `success` or `max_iterations` (else it never ends; the "
+                             "configured env and team.directives come after the last stage)")
         if "name" in self.env:
             raise ValueError("a curriculum stage changes the world's options, not env.name")
         return self
 
 
 class CurriculumConfig(_Section):
-    #: easier worlds trained on before ``env`` itself (the seed's "curriculum learning"); evaluation
-    #: always uses ``env``. Empty: no curriculum.
+    #: easier worlds (or simpler directive modes) trained on before ``env`` and ``team.directives``
+    #: themselves (the seed's "curriculum learning"); evaluation always uses those. Empty: no curriculum.
     stages: list[CurriculumStage] = []
 
 
@@ -366,12 +383,32 @@ def _check_groups(config: Config) -> None:
                               "every world seed runs group_size episodes, side by side.")
 
 
+def directive_modes(config: Config) -> list[str]:
+    """Every ``team.directives`` mode a run trains in: its curriculum stages' and its own."""
+    staged = [s.team.directives for s in config.curriculum.stages if s.team.directives is not None]
+    return list(dict.fromkeys([*staged, config.team.directives]))
+
+
+def _check_modes(config: Config) -> None:
+    """Whole-team and free-text directives train with token-level PPO, against a reference that exists."""
+    token = [m for m in directive_modes(config) if m != "single"]
+    if not token:
+        return
+    if config.algo.name != "ppo":
+        raise TeamTRError(f"Bad config: team.directives={token[0]} (here or in a curriculum stage) trains with "
+                          f"token-level PPO; algo.name={config.algo.name!r} is not supported there: set algo.name=ppo.")
+    if config.algo.ref == "bc" and not config.bc.enabled:
+        raise TeamTRError(f"Bad config: algo.ref=bc with team.directives={token[0]} needs the behaviour-cloned "
+                          "adapter, but bc.enabled is false: set bc.enabled=true, or algo.ref=base.")
+
+
 def validate(tree: dict[str, Any]) -> Config:
     try:
         config = Config.model_validate(tree)
     except ValidationError as err:
         raise TeamTRError(_explain(err)) from None
     _check_groups(config)
+    _check_modes(config)
     # Validate the algorithm's own keys now, not at the first update.
     try:
         AlgoConfig.from_dict(config.algo.algo_options())

@@ -13,6 +13,13 @@ A whole-team directive (``team.directives: whole_team``) is one line per agent: 
 the candidate indices of the lines that give new orders (an agent whose line is "carry on" keeps the
 directive in force and is left out), delivers each to its agent, and rewards, remembers and reports
 the decision as their ``joint_directive``.
+
+A free-text directive (``team.directives: free_text``) is a ``FreeText``: the coordinator's text and
+the lines a parser found in it (``policy.free_text.parse_lines``). Each line's directive reaches its
+agent with the whole text as its ``text`` (an LLM role agent reads what the coordinator wrote; a
+scripted one only its task); the decision is rewarded and remembered as the text itself, so the
+length and repeat terms weigh what was written. Text the parser could not map (``lines`` None)
+reaches nobody: it is one ``directive_invalid`` event, penalised by the ``invalid`` term.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from __future__ import annotations
 import operator
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from teamtr.agents.chooser import ActionRequest, resolve_all
@@ -95,6 +102,28 @@ def recipients(directive: Directive, agents: Sequence[str]) -> list[str]:
             f"Directive {directive.text!r} targets unknown agent(s) {unknown}; agents: {agents}."
         )
     return names
+
+
+@dataclass(frozen=True)
+class FreeText:
+    """A free-text decision: what the coordinator wrote and the candidate indices of the lines it
+    orders (``None``: the text says nothing the grammar allows, an invalid directive)."""
+
+    text: str
+    lines: tuple[int, ...] | None
+
+
+def free_text_directives(choice: FreeText, candidates: Sequence[Directive]) -> tuple[Directive, list[Directive], list[Event]]:
+    """(the decision's directive, the line directives to deliver, events) of a free-text choice."""
+    text = choice.text.strip() or "(nothing)"
+    if choice.lines is None:
+        invalid = Directive(text, None, "free_text", "schedule")
+        return invalid, [], [Event("directive_invalid", None, "free text: it names no valid directive")]
+    lines = [replace(candidates[_index(c, len(candidates))], text=text) for c in choice.lines]
+    lines = [d for d in lines if d.kind != "noop"]
+    if not lines:
+        return Directive(text, None, "noop", "noop"), [], []
+    return replace(joint_directive(lines), text=text), lines, []
 
 
 #: Builds the role agent of one world agent (``agents.mixed.MixedTeam``: a mixed team from the config).
@@ -203,9 +232,9 @@ class Team:
             tick=self.ticks,
         )
 
-    def step(self, choice: int | Sequence[int]) -> tuple[TeamState, float, bool, dict[str, Any]]:
+    def step(self, choice: int | Sequence[int] | FreeText) -> tuple[TeamState, float, bool, dict[str, Any]]:
         """Carry out candidate ``choice`` of the current state (a sequence: the lines of a
-        whole-team directive, see the module docstring).
+        whole-team directive; a ``FreeText``: see the module docstring).
 
         Returns:
             ``(state, reward, done, info)``; ``done`` is True once the episode has ended, either way.
@@ -226,13 +255,17 @@ class Team:
 
     # -- the phases of ``step``, for a TeamBatch that resolves the role agents' requests of every
     # -- team in one go each tick: begin, then gather + advance until the decision ends, then finish.
-    def begin(self, choice: int | Sequence[int]) -> None:
+    def begin(self, choice: int | Sequence[int] | FreeText) -> None:
         """Check ``choice`` and deliver its directive."""
         if self.finished or self.state is None:
             raise TeamTRError("Team.step called after the episode ended; call reset(seed) first.")
         if self._decision is not None:
             raise TeamTRError("Team.begin called inside a decision; finish() it first.")
         candidates = self.state.candidates
+        if isinstance(choice, FreeText):
+            directive, lines, invalid = free_text_directives(choice, candidates)
+            self._decision = _Decision(directive, invalid + self.deliver(lines))
+            return
         whole_team = isinstance(choice, (list, tuple))
         lines = [candidates[_index(c, len(candidates))] for c in (choice if whole_team else [choice])]
         directive = joint_directive([d for d in lines if d.kind != "noop"]) if whole_team else lines[0]
@@ -312,7 +345,7 @@ class Team:
             if event.kind == "milestone":
                 self.history.append(event.detail)
             elif event.kind == "directive_invalid":
-                self.history.append(f"{event.agent} could not: {event.detail.split(': ', 1)[-1]}")
+                self.history.append(f"{event.agent or 'team'} could not: {event.detail.split(': ', 1)[-1]}")
             elif event.kind == "conflict":
                 self.history.append(f"conflict: {event.detail}")
 
@@ -354,7 +387,7 @@ class TeamBatch:
         """Current states of the live teams, in ``live()`` order."""
         return [self.teams[i].state for i in self.live()]  # type: ignore[misc]
 
-    def step(self, choices: Sequence[int | Sequence[int]]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
+    def step(self, choices: Sequence[int | Sequence[int] | FreeText]) -> list[tuple[TeamState, float, bool, dict[str, Any]]]:
         """Step every live team with its choice (``choices[k]`` for ``live()[k]``)."""
         live = self.live()
         if len(choices) != len(live):

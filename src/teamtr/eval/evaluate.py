@@ -8,7 +8,7 @@ from typing import Any
 from teamtr.envs import make
 from teamtr.eval.policies import Policy
 from teamtr.rewards.terms import RewardComposer
-from teamtr.team import AgentFactory, Team, TeamBatch, TeamState
+from teamtr.team import AgentFactory, FreeText, Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeMetrics, EpisodeTracker, summarize
 from teamtr.telemetry.progress import Progress
 
@@ -65,11 +65,18 @@ def run_episodes(
     return metrics
 
 
-def step_record(state: TeamState, choice: int, reward: float, info: Mapping[str, Any],
+def step_record(state: TeamState, choice: int | Sequence[int] | FreeText, reward: float, info: Mapping[str, Any],
                 probs: Sequence[float] | None = None) -> dict[str, Any]:
-    """One decision as the report viewer shows it (``probs``: the policy's, one per candidate)."""
+    """One decision as the report viewer shows it (``probs``: the policy's, one per candidate). A
+    whole-team choice is ``choice`` -1 with its ``lines`` (candidate indices); a free-text one adds
+    its ``text`` (``lines`` null: it did not parse)."""
+    extra: dict[str, Any] = {}
+    if isinstance(choice, FreeText):
+        extra = {"text": choice.text, "lines": None if choice.lines is None else list(choice.lines)}
+    elif isinstance(choice, (list, tuple)):
+        extra = {"lines": [int(i) for i in choice]}
     record = {"tick": state.tick, "state": state.state, "history": list(state.history),
-              "candidates": [d.text for d in state.candidates], "choice": int(choice),
+              "candidates": [d.text for d in state.candidates], "choice": -1 if extra else int(choice), **extra,
               "directive": info["directive"].text, "reward": reward, "events": [e.kind for e in info["events"]],
               "terms": {k: float(v) for k, v in info["terms"].items()}}
     if probs is not None:

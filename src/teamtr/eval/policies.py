@@ -1,7 +1,8 @@
 """Every evaluation policy, and ``build_policies``, the one factory the CLI and the trainer use.
 
 A policy is anything with ``choose(states: list[TeamState]) -> list[int]``: one candidate index per
-state, batched so that an LLM coordinator scores all live states in one call.
+state, batched so that an LLM coordinator scores all live states in one call (a coordinator policy
+in whole-team or free-text mode returns what ``Team.step`` takes in that mode instead).
 
 - baselines (no model): ``random``, ``first``, ``noop``, ``oracle`` (the world's expert, also called
   ``heuristic``: tables use the world's word, ``expert_name``);
@@ -18,8 +19,9 @@ import random
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, ContextManager, Protocol
 
+from teamtr.config import DIRECTIVE_MODES
 from teamtr.core import TeamTRError
-from teamtr.team import TeamState
+from teamtr.team import FreeText, TeamState
 
 if TYPE_CHECKING:
     from teamtr.policy.coordinator import CoordinatorLike
@@ -71,6 +73,10 @@ def decision_key(state: TeamState) -> tuple[str, str, tuple[str, ...], tuple[str
 class CoordinatorPolicy:
     """The coordinator as an evaluation policy (greedy by default), in chunks of ``batch`` decisions.
 
+    ``directives`` (``team.directives``): ``single`` chooses one candidate index per state; ``whole_team``
+    gives the candidate indices of the lines of its decoded whole-team directive; ``free_text`` a
+    ``team.FreeText`` (the text written, at most ``max_new_tokens`` tokens, and its parsed lines).
+
     Greedy choices are memoised per ``decision_key`` for the policy's life (the weights must not change
     meanwhile: build a new policy after an update): held-out episodes revisit the same prompts (escape-
     room's oracle-like play: 634 distinct prompts in 1,800 decisions over 200 seeds; a stuck zero-shot
@@ -80,16 +86,21 @@ class CoordinatorPolicy:
     """
 
     # 16 decisions per call: on a 2-core CPU larger batches pad more and ran 20-25% slower per decision.
-    def __init__(self, coordinator: CoordinatorLike, greedy: bool = True, batch: int = 16, seed: int = 0) -> None:
+    def __init__(self, coordinator: CoordinatorLike, greedy: bool = True, batch: int = 16, seed: int = 0,
+                 directives: str = "single", max_new_tokens: int = 48) -> None:
         import torch
 
+        if directives not in DIRECTIVE_MODES:
+            raise TeamTRError(f"directives {directives!r} is not one of {', '.join(DIRECTIVE_MODES)}.")
         self.coordinator, self.greedy, self.batch = coordinator, greedy, batch
+        self.directives, self.max_new_tokens = directives, max_new_tokens
         self.generator = torch.Generator().manual_seed(seed)
-        self.memo: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[int, list[float]]] = {}
+        self.memo: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[Any, list[float] | None]] = {}
         self.scored = 0  # decisions sent to the model (the rest came from the memo)
 
-    def choose(self, states: list[TeamState]) -> list[int]:
-        """One candidate per state; ``last_probs`` keeps the candidates' probabilities (for transcripts)."""
+    def choose(self, states: list[TeamState]) -> list[Any]:
+        """One choice per state; ``last_probs`` keeps the candidates' probabilities (for transcripts;
+        None per state outside single mode)."""
         if not self.greedy:
             choices, self.last_probs = self._score(states)
             return choices
@@ -101,31 +112,46 @@ class CoordinatorPolicy:
         self.last_probs = [self.memo[key][1] for key in keys]
         return [self.memo[key][0] for key in keys]
 
-    def _score(self, states: list[TeamState]) -> tuple[list[int], list[list[float]]]:
-        """The model's choice and candidate probabilities for each state, ``batch`` states a call."""
-        out: list[int] = []
-        probs: list[list[float]] = []
-        for s in range(0, len(states), self.batch):
-            chunk = states[s : s + self.batch]
-            acted = self.coordinator.act(chunk, greedy=self.greedy, generator=self.generator)
-            out += acted.choices
-            probs += [acted.logp[k, : len(st.candidates)].exp().tolist() for k, st in enumerate(chunk)]
+    def _weights(self) -> ContextManager[None]:
+        """The weights the policy scores with (``ZeroShotPolicy``: the adapter off)."""
+        return contextlib.nullcontext()
+
+    def _score(self, states: list[TeamState]) -> tuple[list[Any], list[list[float] | None]]:
+        """The model's choice (and candidate probabilities) for each state, ``batch`` states a call."""
+        out: list[Any] = []
+        probs: list[list[float] | None] = []
+        with self._weights():
+            for s in range(0, len(states), self.batch):
+                chosen, chunk_probs = self._act(states[s : s + self.batch])
+                out += chosen
+                probs += chunk_probs
         self.scored += len(states)
         return out, probs
+
+    def _act(self, chunk: list[TeamState]) -> tuple[list[Any], list[list[float] | None]]:
+        """One model call's choices and candidate probabilities (None outside single mode)."""
+        none: list[list[float] | None] = [None] * len(chunk)
+        if self.directives == "whole_team":
+            from teamtr.policy.whole_team import act_whole_team
+
+            return act_whole_team(self.coordinator, chunk, greedy=self.greedy,  # type: ignore[arg-type]
+                                  generator=self.generator).lines, none
+        if self.directives == "free_text":
+            from teamtr.policy.free_text import act_free_text
+
+            out = act_free_text(self.coordinator, chunk, max_new_tokens=self.max_new_tokens,  # type: ignore[arg-type]
+                                greedy=self.greedy, generator=self.generator)
+            return [FreeText(t, None if ls is None else tuple(ls)) for t, ls in zip(out.texts, out.lines)], none
+        acted = self.coordinator.act(chunk, greedy=self.greedy, generator=self.generator)
+        return acted.choices, [acted.logp[k, : len(st.candidates)].exp().tolist() for k, st in enumerate(chunk)]
 
 
 class WholeTeamPolicy(CoordinatorPolicy):
     """The coordinator writing whole-team directives (``team.directives: whole_team``): per state the
     candidate indices of its new lines, which ``Team.step`` takes as one decision."""
 
-    def choose(self, states: list[TeamState]) -> list[list[int]]:  # type: ignore[override]
-        from teamtr.policy.whole_team import act_whole_team
-
-        out: list[list[int]] = []
-        for s in range(0, len(states), self.batch):
-            out += act_whole_team(self.coordinator, states[s : s + self.batch], greedy=self.greedy,  # type: ignore[arg-type]
-                                  generator=self.generator).lines
-        return out
+    def __init__(self, coordinator: CoordinatorLike, greedy: bool = True, batch: int = 16, seed: int = 0) -> None:
+        super().__init__(coordinator, greedy, batch, seed, directives="whole_team")
 
 
 class MergedPolicy(CoordinatorPolicy):
@@ -152,11 +178,8 @@ class ZeroShotPolicy(CoordinatorPolicy):
             finally:
                 self._off = False
 
-    def _score(self, states: list[TeamState]) -> tuple[list[int], list[list[float]]]:
-        if self._off:
-            return super()._score(states)
-        with self.coordinator.disable_adapter():
-            return super()._score(states)
+    def _weights(self) -> ContextManager[None]:
+        return contextlib.nullcontext() if self._off else self.coordinator.disable_adapter()
 
 
 #: The world's expert goes by the world's word for it: ``oracle`` (the default) or ``heuristic``
@@ -189,10 +212,12 @@ def baseline(name: str, seed: int = 0) -> Policy:
 
 def build_policies(names: Sequence[str], *, seed: int = 0,
                    coordinator: CoordinatorLike | Callable[[], CoordinatorLike] | None = None,
-                   trained: bool = True) -> dict[str, Policy]:
+                   trained: bool = True, directives: str = "single", max_new_tokens: int = 48) -> dict[str, Policy]:
     """Name -> policy for each of ``names`` (``POLICIES``). ``coordinator``: the coordinator, or a
     function building it (called once, only when a coordinator policy is asked for); ``trained``:
-    whether it holds trained weights (``trained`` is refused otherwise). ``seed`` seeds ``random``."""
+    whether it holds trained weights (``trained`` is refused otherwise). ``seed`` seeds ``random``.
+    ``directives``/``max_new_tokens``: how the coordinator policies direct (``team.directives``,
+    ``policy.max_new_tokens``; see ``CoordinatorPolicy``)."""
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise TeamTRError(f"Unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}.")
@@ -210,9 +235,9 @@ def build_policies(names: Sequence[str], *, seed: int = 0,
     out: dict[str, Policy] = {}
     for name in names:
         if name == "trained":
-            out[name] = MergedPolicy(model())
+            out[name] = MergedPolicy(model(), directives=directives, max_new_tokens=max_new_tokens)
         elif name == "zero-shot":
-            out[name] = ZeroShotPolicy(model())
+            out[name] = ZeroShotPolicy(model(), directives=directives, max_new_tokens=max_new_tokens)
         else:
             out[name] = baseline(name, seed)
     return out

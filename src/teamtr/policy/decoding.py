@@ -122,7 +122,7 @@ class _Row:
         return run
 
 
-class _Batch:
+class KVBatch:
     """One KV cache for B rows: the shared prefix once, then right-padded chunks (module docstring)."""
 
     def __init__(self, model: Any, prefix: Sequence[int], batch: int) -> None:
@@ -162,7 +162,7 @@ class _Batch:
         return self._call(ids.to(self.device), self.att, pos.to(self.device))
 
 
-def _head(model: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+def output_head(model: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
     head = model.get_output_embeddings()
     if not isinstance(head, nn.Linear):
         raise TeamTRError(f"The output layer of {type(model).__name__} is a {type(head).__name__}, not a "
@@ -221,7 +221,7 @@ def _token_scores(lengths: Sequence[int], where: Sequence[tuple[int, int]], dist
     )
 
 
-def _pick(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> list[int]:
+def pick_tokens(logp: torch.Tensor, greedy: bool, generator: torch.Generator | None) -> list[int]:
     if greedy:
         return logp.argmax(-1).tolist()
     return torch.multinomial(logp.exp().cpu(), 1, generator=generator).squeeze(-1).tolist()
@@ -238,9 +238,9 @@ def decode(model: Any, prefix: Sequence[int], decisions: Sequence[GrammarDecisio
     masked policy at ``temperature`` either way.
     """
     _check(model, prefix, decisions, temperature)
-    head = _head(model)
+    head = output_head(model)
     rows = [_Row(automaton(d.grammar)) for d in decisions]
-    batch = _Batch(model, prefix, len(rows))
+    batch = KVBatch(model, prefix, len(rows))
     B, dev = len(rows), batch.device
     every = torch.arange(B, device=dev)
     chunks = [list(d.dynamic) + row.run_forced() for d, row in zip(decisions, rows)]
@@ -258,7 +258,7 @@ def decode(model: Any, prefix: Sequence[int], decisions: Sequence[GrammarDecisio
         dist, ok = _masked(last, valid, head, temperature)
         steps.append((active, dist, ok))
         chunks = [[] for _ in range(B)]
-        for n, (b, k) in enumerate(zip(active, _pick(dist, greedy, generator))):
+        for n, (b, k) in enumerate(zip(active, pick_tokens(dist, greedy, generator))):
             where.append((b, len(rows[b].tokens)))
             picked.append(k)
             rows[b].emit(valid[n][k])
@@ -319,7 +319,7 @@ def score_outputs(model: Any, prefix: Sequence[int], decisions: Sequence[Grammar
     """
     _check(model, prefix, decisions, temperature)
     where, valid, picked = _walk(decisions, outputs)
-    batch = _Batch(model, prefix, len(decisions))
+    batch = KVBatch(model, prefix, len(decisions))
     hidden = batch.feed([list(d.dynamic) + list(out[:-1]) for d, out in zip(decisions, outputs)])
     dev = hidden.device
     value_hidden = hidden[torch.arange(len(decisions), device=dev),
@@ -327,7 +327,7 @@ def score_outputs(model: Any, prefix: Sequence[int], decisions: Sequence[Grammar
     if where:
         rb = torch.tensor([b for b, _ in where], device=dev)
         at = torch.tensor([len(decisions[b].dynamic) - 1 + t for b, t in where], device=dev)
-        dist, ok = _masked(hidden[rb, at], valid, _head(model), temperature)
+        dist, ok = _masked(hidden[rb, at], valid, output_head(model), temperature)
     else:
         dist, ok = torch.zeros(0, 1, device=dev), torch.zeros(0, 1, dtype=torch.bool, device=dev)
     return _token_scores([len(o) for o in outputs], where, dist, ok, picked, value_hidden)

@@ -18,7 +18,7 @@ from teamtr.telemetry.metrics import EpisodeTracker
 from teamtr.telemetry.progress import Progress
 from teamtr.train.noise import perturb
 from teamtr.train.replay import SuccessReplay
-from teamtr.train.whole_team import WholeTeamActor
+from teamtr.train.whole_team import TokenActor
 
 #: Seeds of run seed s start at (s * TRAIN_SEED_STRIDE) mod eval_seed_offset and count up, wrapping to 0
 #: before eval_seed_offset: every training seed lies in [0, eval_seed_offset), for any run seed, so no
@@ -81,14 +81,15 @@ class Collector:
     ``group_size`` episodes share each world seed (one group, for critic-free baselines: GRPO, RLOO);
     a batch of ``parallel`` teams holds whole groups. ``noise``: the probability of swapping an entity
     of each chosen directive (``train/noise.py``); the rollout stores the executed candidate. ``replay``:
-    where successful episodes' decisions go (``train/replay.py``). ``actor``: acts in whole-team mode
-    (``train/whole_team.py``) instead of choosing candidates (neither noise nor replay apply there).
+    where successful episodes' decisions go (``train/replay.py``). ``actor``: acts in whole-team or free-text
+    mode (``train/whole_team.py``, ``train/free_text.py``) instead of choosing candidates (neither noise
+    nor replay apply there); the trainer sets it each iteration (a curriculum may switch modes).
     ``judge``: an LLM-judge reward term added to each decision's reward (``rewards.judge``)."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
                  generator: torch.Generator, reference: Reference, episode_id: int = 0,
                  group_size: int = 1, noise: float = 0.0, replay: SuccessReplay | None = None,
-                 actor: WholeTeamActor | None = None, judge: Judge | None = None) -> None:
+                 actor: TokenActor | None = None, judge: Judge | None = None) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
         self.group_size, self.noise, self.replay, self.actor = group_size, noise, replay, actor
@@ -144,7 +145,7 @@ class Collector:
 
     def _tick(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout) -> None:
         if self.actor is not None:
-            return self._tick_whole_team(batch, live, rollout, self.actor)
+            return self._tick_tokens(batch, live, rollout, self.actor)
         states = batch.states()
         out = self.coordinator.act(states, keep=True, generator=self.generator)
         ref = self.reference(states, out.logp)
@@ -175,16 +176,15 @@ class Collector:
         ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
         ep.steps.append(step_record(state, action, reward, info, out.logp[k, :c].exp().tolist()))
 
-    def _tick_whole_team(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout,
-                         actor: WholeTeamActor) -> None:
+    def _tick_tokens(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout, actor: TokenActor) -> None:
         states = batch.states()
-        lines, values, handles = actor.act(states, self.generator)
-        results = batch.step(lines)
+        choices, values, handles = actor.act(states, self.generator)
+        results = batch.step(choices)
         boot = self._bootstrap(results)
         for k, (ep, (_, reward, _, info)) in enumerate(zip(live, results)):
             actor.record(rollout, handles[k], float(values[k]), reward, info, ep.id, float(boot[k]), ep.seed)
             ep.tracker.update(info["directive"], info["events"], reward, info["ticks"])
-            ep.steps.append({**step_record(states[k], -1, reward, info), "lines": lines[k]})
+            ep.steps.append(step_record(states[k], choices[k], reward, info))
 
     def _bootstrap(self, results: list[tuple[TeamState, float, bool, dict[str, Any]]]) -> torch.Tensor:
         """V(s_T) where a time limit that is not part of the task cut the episode, else 0: [B]."""

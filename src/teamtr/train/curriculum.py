@@ -1,11 +1,14 @@
 """Curriculum: train on easier worlds first, then on the configured one (the seed's remedy for an
 "early rise then plateau": *task too hard -> curriculum learning*).
 
-A stage is a set of world-option overrides (``{agents: 2, items: 2}``) and a rule for moving on:
+A stage is a set of world-option overrides (``{agents: 2, items: 2}``), optionally a directive mode
+(``team: {directives: whole_team}``: the seed's "grow the action complexity", single -> whole_team ->
+free_text), and a rule for moving on:
 training success, averaged over the stage's last ``window`` iterations, reaches ``success``; or
 ``max_iterations`` iterations were spent in it. After the listed stages comes the configured world
-itself, for the rest of the run. Held-out evaluation always uses the configured world, so the curve
-measures the task that matters, not the stage.
+itself, with the configured ``team.directives``, for the rest of the run. Held-out evaluation always
+uses the configured world and mode, so the curve measures the task that matters, not the stage. The
+stage is decided between iterations, so one iteration's rollout is all of one mode.
 """
 
 from __future__ import annotations
@@ -19,14 +22,16 @@ class Curriculum:
     """Which world options training uses now, and when it moves on.
 
     Args:
-        stages: the config's ``curriculum.stages`` (objects with ``env``, ``success``, ``window``,
-            ``max_iterations``); may be empty.
+        stages: the config's ``curriculum.stages`` (objects with ``env``, ``team.directives``,
+            ``success``, ``window``, ``max_iterations``); may be empty.
         final: the configured world's options (``env`` without ``name``).
+        directives: the configured ``team.directives``.
     """
 
-    def __init__(self, stages: Sequence[Any], final: dict[str, Any]) -> None:
+    def __init__(self, stages: Sequence[Any], final: dict[str, Any], directives: str = "single") -> None:
         self.stages = list(stages)
         self.final = dict(final)
+        self.final_directives = directives
         self.stage = 0
         self.history: list[float] = []  # training success per iteration of the current stage
 
@@ -40,6 +45,13 @@ class Curriculum:
         if self.finished:
             return dict(self.final)
         return {**self.final, **self.stages[self.stage].env}
+
+    def directives(self) -> str:
+        """The directive mode for training episodes now (a stage without one keeps the configured mode)."""
+        if self.finished:
+            return self.final_directives
+        team = getattr(self.stages[self.stage], "team", None)
+        return getattr(team, "directives", None) or self.final_directives
 
     def record(self, success: float) -> bool:
         """Note one iteration's training success; move to the next stage when the current one's rule

@@ -2,8 +2,8 @@
 
 Each tick every live team's state is scored in ONE coordinator call (prefix-shared, trie-packed; see
 ``train/collect.py``); the reference policy for the KL term is the base model (adapter disabled,
-``algo.ref: base``) or the behaviour-cloned adapter (``algo.ref: bc``), scored only when
-``algo.kl_coef`` > 0. A trainer holds its run directory's lock (``train/lock.py``) until ``close``.
+``algo.ref: base``) or the behaviour-cloned adapter (``algo.ref: bc``), in every directive mode,
+scored only when ``algo.kl_coef`` > 0. A trainer holds its run directory's lock (``train/lock.py``) until ``close``.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, ContextManager, Sequence
 
 import torch
 
 from teamtr.atomic import atomic_write_text
-from teamtr.config import Config, dump_config
+from teamtr.config import Config, directive_modes, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.envs.registry import world_class
@@ -45,7 +45,8 @@ from teamtr.train.judge import build_judge
 from teamtr.train.lock import RunLock
 from teamtr.train.ray_rollout import TeamRecipe
 from teamtr.train.replay import ReplayTerm, SuccessReplay
-from teamtr.train.whole_team import WholeTeamActor, token_update
+from teamtr.train.free_text import FreeTextActor
+from teamtr.train.whole_team import TokenActor, WholeTeamActor, token_update
 from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
 
 #: Consecutive iterations whose every update step was skipped (non-finite loss or gradient) before
@@ -66,7 +67,7 @@ class Trainer:
         self._check_options()
         if resume:
             check_resume_config(self.run_dir, config)
-        self.curriculum = Curriculum(config.curriculum.stages, self.options)
+        self.curriculum = Curriculum(config.curriculum.stages, self.options, config.team.directives)
         self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
         self.coordinator: CoordinatorLike = coordinator or build_coordinator(config)
@@ -87,14 +88,16 @@ class Trainer:
         if config.rollout.backend == "ray" and self.make_agent is not None:
             raise TeamTRError("team.agents (LLM or remote role agents) run on the inline rollout backend for now: "
                               "--set rollout.backend=inline, or leave team.agents empty (scripted agents).")
-        if self.dist.active and config.team.directives == "whole_team":
-            raise TeamTRError("team.directives = whole_team runs in one learner process for now; run it without "
-                              "torchrun, or use team.directives=single.")
+        self.actors = self._token_actors()
+        if self.actors and (self.dist.active or config.rollout.backend == "ray"):
+            raise TeamTRError(f"team.directives = {next(iter(self.actors))} (here or in a curriculum stage) runs in one "
+                              "learner process on the inline rollout backend for now: run it without torchrun and "
+                              "with rollout.backend=inline, or use team.directives=single.")
         self.collector = make_collector(config.rollout, self.coordinator, self.make_team, seeds,
                                         torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
                                         self._ref_logp, recipe=lambda: self._recipe(self.curriculum.options()),
                                         group_size=config.rollout.group_size, noise=config.policy.noise,
-                                        replay=self.replay, actor=self._whole_team_actor(), judge=self.judge)
+                                        replay=self.replay, actor=self._actor(), judge=self.judge)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -133,13 +136,21 @@ class Trainer:
             except TeamTRError as err:
                 raise TeamTRError(f"curriculum.stages[{i}].env: {err}") from None
 
-    def _whole_team_actor(self) -> WholeTeamActor | None:
-        if self.config.team.directives != "whole_team":
-            return None
-        if self.config.algo.name != "ppo":
-            raise TeamTRError(f"team.directives=whole_team trains with token-level PPO; algo.name="
-                              f"{self.config.algo.name!r} is not supported there: set algo.name=ppo.")
-        return WholeTeamActor(self.coordinator, kl_reference=not self._skips_reference())
+    def _token_actors(self) -> dict[str, TokenActor]:
+        """The actor of each token-level mode the run trains in (``config.directive_modes``; the
+        config checked that algo.name is ppo and that an algo.ref=bc reference will exist)."""
+        reference = None if self._skips_reference() else self.reference_weights
+        actors: dict[str, TokenActor] = {}
+        for mode in directive_modes(self.config):
+            if mode == "whole_team":
+                actors[mode] = WholeTeamActor(self.coordinator, reference)
+            elif mode == "free_text":
+                actors[mode] = FreeTextActor(self.coordinator, reference, self.config.policy.max_new_tokens)
+        return actors
+
+    def _actor(self) -> TokenActor | None:
+        """The actor of the directive mode training uses now (None: single directives)."""
+        return self.actors.get(self.curriculum.directives())
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
@@ -275,20 +286,26 @@ class Trainer:
     def _skips_reference(self) -> bool:
         return self.algo_config.kl_coef == 0 and self.algo_config.kl_control == "fixed"
 
+    def reference_weights(self) -> ContextManager[None]:
+        """The KL reference's weights, in every directive mode: the behaviour-cloned adapter
+        (``algo.ref: bc``, once cloned), else the base model (the adapter off)."""
+        if self.config.algo.ref == "bc" and self.bc_state is not None:
+            return self.coordinator.use_adapter(self.bc_state)
+        return self.coordinator.disable_adapter()
+
     @torch.no_grad()
     def _ref_logp(self, states: Sequence[TeamState], logp: torch.Tensor) -> torch.Tensor:
         """The KL reference's log-probs [B, Cmax] at ``states`` (``logp``: the policy's, [B, Cmax])."""
         if self._skips_reference():
             return logp  # no KL term: skip the reference pass (it would double acting time)
-        if self.config.algo.ref == "bc" and self.bc_state is not None:
-            with self.coordinator.use_adapter(self.bc_state):
-                return self.coordinator.act(states, greedy=True).logp
-        with self.coordinator.disable_adapter():
+        with self.reference_weights():
             return self.coordinator.act(states, greedy=True).logp
 
     def collect(self) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
         """Run ``rollout.episodes`` episodes, ``rollout.parallel`` teams at a time (under torchrun each
-        rank runs its share; the rollout and episode metrics are then every rank's, transcripts its own)."""
+        rank runs its share; the rollout and episode metrics are then every rank's, transcripts its own),
+        in the directive mode of the curriculum's stage."""
+        self.collector.actor = self._actor()
         rollout, episodes, transcripts = self.collector.collect(self.dist.share(self.config.rollout.episodes),
                                                                 self.config.rollout.parallel)
         return self.dist.gather_rollout(rollout), self.dist.gather_objects(episodes), transcripts
@@ -325,12 +342,12 @@ class Trainer:
 
     def evaluate(self, episodes: int, suite: str = "heldout", **overrides: Any) -> dict[str, float]:
         from teamtr.eval.evaluate import run_episodes
-        from teamtr.eval.policies import CoordinatorPolicy, WholeTeamPolicy
+        from teamtr.eval.policies import CoordinatorPolicy
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
-        policy = WholeTeamPolicy if self.collector.actor is not None else CoordinatorPolicy
-        result = run_episodes(self.config.env.name, {**self.options, **overrides},
-                              policy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
+        policy = CoordinatorPolicy(self.coordinator, greedy=True, directives=self.config.team.directives,
+                                   max_new_tokens=self.config.policy.max_new_tokens)
+        result = run_episodes(self.config.env.name, {**self.options, **overrides}, policy, list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})",
                               make_agent=self.make_agent)
         return summarize(result, headline_metrics(world_class(self.config.env.name)))

@@ -5,15 +5,16 @@ The per-decision fields (values, rewards, episode ends) go into an ordinary ``Ro
 dummy candidate per decision, so GAE over decisions, advantage normalisation and minibatching are the
 candidate mode's own; each row's ``handles`` indexes a ``TokenDecision`` here that holds what the
 token-level loss needs: the prompt, the grammar, the output's tokens and the acting and reference
-policies' per-token distributions.
+policies' per-token distributions. ``train/free_text.py`` acts and scores free text the same way
+(a ``TokenActor`` of its own); ``token_update`` serves both.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ContextManager
 
 import torch
 from torch import nn
@@ -45,15 +46,60 @@ class TokenDecision:
     branching: torch.Tensor  # [T] bool
 
 
-class WholeTeamActor:
-    """Acts for a ``Collector`` in whole-team mode and keeps its decisions for the update."""
+#: The KL reference's weights while scoring (``Trainer.reference_weights``: the base model, adapter
+#: off, or the behaviour-cloned adapter); None: no KL term, no reference pass.
+ReferenceWeights = Callable[[], ContextManager[None]] | None
 
-    def __init__(self, coordinator: Coordinator, kl_reference: bool) -> None:
-        self.coordinator, self.kl_reference = coordinator, kl_reference
-        self.store: list[TokenDecision] = []
+
+@dataclass
+class TokenInputs:
+    """What ``rl.losses.token_policy_terms`` takes for one minibatch (B decisions, T tokens, K
+    distribution entries per token), and the value head's values [B]."""
+
+    new_logp: torch.Tensor
+    old_logp: torch.Tensor
+    new_branch: torch.Tensor
+    old_branch: torch.Tensor
+    ref_branch: torch.Tensor
+    valid: torch.Tensor
+    branching: torch.Tensor
+    values: torch.Tensor
+
+
+class TokenActor:
+    """Acts for a ``Collector`` in a token-level mode and keeps its decisions (``store``, indexed
+    by the rollout's handles) for ``token_update``; whole-team and free-text actors differ only in how
+    they act and how they score a minibatch."""
+
+    def __init__(self, coordinator: Coordinator, reference: ReferenceWeights) -> None:
+        self.coordinator, self.reference = coordinator, reference
+        self.store: list[Any] = []
+
+    def act(self, states: Sequence[TeamState], generator: torch.Generator) -> tuple[list[Any], torch.Tensor, list[int]]:
+        """Each state's choice (for ``Team.step``), values [B] and handles into ``store``."""
+        raise NotImplementedError
+
+    def begin_update(self) -> None:
+        """Called once before an update's first step (the acting weights are still in place)."""
+
+    def policy_inputs(self, items: Sequence[Any]) -> TokenInputs:
+        """The token-level loss inputs of stored decisions of one static prefix, with gradients."""
+        raise NotImplementedError
+
+    def record(self, rollout: Rollout, handle: int, value: float, reward: float, info: dict[str, Any],
+               episode: int, bootstrap: float, group: int) -> None:
+        """Append the decision of ``handle`` to ``rollout`` (one dummy candidate, see the module docstring)."""
+        rollout.append(logp=_DUMMY_LOGP, ref_logp=_DUMMY_LOGP, mask=_DUMMY_MASK, actions=0, values=value,
+                       rewards=reward,
+                       terminated=info["terminated"], truncated=info["truncated"], episode_id=episode,
+                       handles=handle, bootstrap_values=bootstrap, group_id=group)
+
+
+class WholeTeamActor(TokenActor):
+    """Acts in whole-team mode: decodes under each state's grammar (``policy.whole_team``)."""
 
     def act(self, states: Sequence[TeamState], generator: torch.Generator
-            ) -> tuple[list[list[int]], torch.Tensor, list[int]]:
+            ) -> tuple[list[Any], torch.Tensor, list[int]]:
         """Decode each state's directive; return its lines (for ``Team.step``), values [B], handles."""
         out = act_whole_team(self.coordinator, states, generator=generator)
         handles = [-1] * len(states)
@@ -66,27 +112,29 @@ class WholeTeamActor:
                 self.store.append(TokenDecision(out.decisions[i][0], out.decisions[i][1], out.tokens[i],
                                                 scores.logp[j, :n].cpu(), branch[j, :n].cpu(), ref[j, :n].cpu(),
                                                 valid[j, :n].cpu(), scores.branching[j, :n].cpu()))
-        return out.lines, out.values, handles
+        return list(out.lines), out.values, handles
 
     @torch.no_grad()
     def _reference(self, decisions: list, tokens: list, branch: torch.Tensor) -> torch.Tensor:
-        """The base model's per-token distributions of the same outputs (the acting ones without a KL term)."""
-        if not self.kl_reference:
+        """The reference policy's per-token distributions of the same outputs (the acting ones without a KL term)."""
+        if self.reference is None:
             return branch
-        with self.coordinator.disable_adapter():
+        with self.reference():
             scores, _ = score_whole_team(self.coordinator, decisions, tokens)
         return dense(scores)[0]
 
-    def record(self, rollout: Rollout, handle: int, value: float, reward: float, info: dict[str, Any],
-               episode: int, bootstrap: float, group: int) -> None:
-        """Append the decision of ``handle`` to ``rollout`` (one dummy candidate, see the module docstring)."""
-        rollout.append(logp=_DUMMY_LOGP, ref_logp=_DUMMY_LOGP, mask=_DUMMY_MASK, actions=0, values=value,
-                       rewards=reward,
-                       terminated=info["terminated"], truncated=info["truncated"], episode_id=episode,
-                       handles=handle, bootstrap_values=bootstrap, group_id=group)
+    def policy_inputs(self, items: Sequence[TokenDecision]) -> TokenInputs:
+        s, values = score_whole_team(self.coordinator, [(d.prefix, d.decision) for d in items], [d.tokens for d in items])
+        new_branch, _ = dense(s)
+        T, K = new_branch.shape[1], new_branch.shape[2]
+        dev = new_branch.device
+        return TokenInputs(s.logp, pad_rows([d.logp for d in items], T, None, 0.0).to(dev), new_branch,
+                           pad_rows([d.branch for d in items], T, K, -math.inf).to(dev),
+                           pad_rows([d.ref_branch for d in items], T, K, -math.inf).to(dev),
+                           pad_rows([d.valid for d in items], T, K, False).to(dev), s.branching, values)
 
 
-def _pad(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool) -> torch.Tensor:
+def pad_rows(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool) -> torch.Tensor:
     """Stack [t(, k)] tensors into [B, T(, K)], padding with ``fill``."""
     out = []
     for r in rows:
@@ -95,32 +143,26 @@ def _pad(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | bool
     return torch.stack(out)
 
 
-def _minibatch_terms(algo: PPO, actor: WholeTeamActor, mb: Minibatch, ent_coef: float, kl_coef: float,
+def _minibatch_terms(algo: PPO, actor: TokenActor, mb: Minibatch, ent_coef: float, kl_coef: float,
                      token_level: bool) -> tuple:
     """The token-level policy terms and the value loss of one minibatch (one static prefix)."""
     c = algo.config
-    items = [actor.store[int(h)] for h in mb.handles]
-    s, values = score_whole_team(actor.coordinator, [(d.prefix, d.decision) for d in items], [d.tokens for d in items])
-    new_branch, _ = dense(s)
-    T, K = new_branch.shape[1], new_branch.shape[2]
-    dev = new_branch.device
-    old_logp = _pad([d.logp for d in items], T, None, 0.0).to(dev)
-    old_b = _pad([d.branch for d in items], T, K, -math.inf).to(dev)
-    ref_b = _pad([d.ref_branch for d in items], T, K, -math.inf).to(dev)
-    valid = _pad([d.valid for d in items], T, K, False).to(dev)
-    t = token_policy_terms(s.logp, old_logp, new_branch, old_b, ref_b, valid, s.branching, mb.advantages.to(dev),
-                           clip_eps=c.clip_eps, ent_coef=ent_coef, kl_coef=kl_coef, token_level=token_level,
-                           report_clip_eps=c.clip_eps)
-    v_loss = clipped_value_loss(values, mb.values.to(dev), mb.returns.to(dev), c.value_clip)
-    return t, values, v_loss
+    x = actor.policy_inputs([actor.store[int(h)] for h in mb.handles])
+    dev = x.new_logp.device
+    t = token_policy_terms(x.new_logp, x.old_logp, x.new_branch, x.old_branch, x.ref_branch, x.valid, x.branching,
+                           mb.advantages.to(dev), clip_eps=c.clip_eps, ent_coef=ent_coef, kl_coef=kl_coef,
+                           token_level=token_level, report_clip_eps=c.clip_eps)
+    v_loss = clipped_value_loss(x.values, mb.values.to(dev), mb.returns.to(dev), c.value_clip)
+    return t, x.values, v_loss
 
 
-def token_update(algo: PPO, actor: WholeTeamActor, rollout: Rollout, token_level: bool = True) -> dict[str, float]:
+def token_update(algo: PPO, actor: TokenActor, rollout: Rollout, token_level: bool = True) -> dict[str, float]:
     """PPO's epochs x minibatches with the token-level loss; the same schedules, optimiser, early stop
     and metrics as ``PPO.update``. Minibatches hold decisions of one static prefix each; ``token_level``:
     per-token ratios, else one per decision (``algo.token_level``)."""
     c = algo.config
     algo._prepare(rollout)
+    actor.begin_update()
     mult, ent_coef, kl_coef = algo.lr_multiplier, algo.ent_coef, algo.kl.value
     for g in algo.optimizer.param_groups:
         g["lr"] = g["base_lr"] * mult
@@ -135,7 +177,7 @@ def token_update(algo: PPO, actor: WholeTeamActor, rollout: Rollout, token_level
     return metrics
 
 
-def _epoch(algo: PPO, actor: WholeTeamActor, batches: list[Minibatch], ent_coef: float, kl_coef: float,
+def _epoch(algo: PPO, actor: TokenActor, batches: list[Minibatch], ent_coef: float, kl_coef: float,
            token_level: bool, kl_limit: float) -> EpochLog:
     """One pass over ``batches``, at most one step each; stops before a step out of the trust region."""
     c, log = algo.config, EpochLog()
@@ -154,7 +196,7 @@ def _epoch(algo: PPO, actor: WholeTeamActor, batches: list[Minibatch], ent_coef:
     return log
 
 
-def _by_prefix(rollout: Rollout, actor: WholeTeamActor, size: int, generator: torch.Generator) -> list[Minibatch]:
+def _by_prefix(rollout: Rollout, actor: TokenActor, size: int, generator: torch.Generator) -> list[Minibatch]:
     """Shuffled minibatches of at most ``size`` decisions, each of one static prefix."""
     out = []
     for mb in rollout.minibatches(size, generator):
