@@ -291,10 +291,12 @@ class Trainer:
     def evaluate(self, episodes: int, suite: str = "heldout", **overrides: Any) -> dict[str, float]:
         from teamtr.eval.evaluate import run_episodes
         from teamtr.eval.policies import CoordinatorPolicy, WholeTeamPolicy
+        from teamtr.eval.suites import eval_options
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
         policy = WholeTeamPolicy if self.collector.actor is not None else CoordinatorPolicy
-        result = run_episodes(self.config.env.name, {**self.options, **overrides},
+        options = eval_options(self.options, {**self.config.train.eval_env, **overrides})
+        result = run_episodes(self.config.env.name, options,
                               policy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})",
                               make_agent=self.make_agent)
