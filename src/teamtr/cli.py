@@ -30,7 +30,7 @@ from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
 from teamtr.eval import policies as eval_policies
-from teamtr.eval.suites import evaluate_table, suites, table_columns
+from teamtr.eval.suites import eval_options, evaluate_table, suites, table_columns
 from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.serve import add_commands
 from teamtr.team import Team
@@ -82,31 +82,10 @@ def _with_env(env: str | None, sets: Sequence[str]) -> list[str]:
 
 
 def resolve_checkpoint(path: str) -> tuple[Path, Path]:
-    """(checkpoint folder holding ``coordinator/`` or ``adapter/``, run directory) for a checkpoint
-    folder, a run directory (its latest checkpoint) or a ``Coordinator.save`` folder; its settings file
-    is read now, so a damaged checkpoint fails before any model is loaded."""
-    from teamtr.atomic import read_json
+    """``teamtr.train.checkpoint.resolve_checkpoint`` (imported when called: it needs torch)."""
+    from teamtr.train.checkpoint import resolve_checkpoint as resolve
 
-    folder, run_dir = _checkpoint_folder(path)
-    if (folder / "coordinator.json").is_file():
-        read_json(folder / "coordinator.json", "coordinator settings")
-    return folder, run_dir
-
-
-def _checkpoint_folder(path: str) -> tuple[Path, Path]:
-    p = Path(path)
-    if (p / "coordinator").is_dir():
-        return p / "coordinator", p.parent.parent
-    if (p / "checkpoints").is_dir():
-        from teamtr.train.checkpoint import latest_checkpoint
-
-        found = latest_checkpoint(p)
-        if found is not None:
-            return found / "coordinator", p
-    if (p / "adapter").is_dir():
-        return p, p.parent
-    raise TeamTRError(f"--checkpoint {path}: no checkpoint there (expected RUN_DIR, RUN_DIR/checkpoints/iter_N, "
-                      "or a folder with adapter/).")
+    return resolve(path)
 
 
 def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | None, seed: int,
@@ -136,7 +115,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
         raise TeamTRError("--policy trained needs --checkpoint RUN_DIR (or a checkpoint folder).")
     checkpoint, run_dir = resolve_checkpoint(args.checkpoint) if args.checkpoint else (None, None)
     config = _config(args.config, _with_env(args.env, args.set), run_dir)
-    env, options = config.env.name, config.env.options()
+    env, options = config.env.name, eval_options(config.env.options(), config.train.eval_env)
     check_team(config, make(env, **options))  # bad worlds, options, agent names fail before any model loads
     policies = build_policies(policy_names, config, checkpoint, args.seed)
     seeds = list(range(args.seed, args.seed + args.episodes))
@@ -182,6 +161,8 @@ def _preflight(config: Config) -> None:
     import importlib.util
 
     make(config.env.name, **config.env.options())
+    if config.train.eval_env:
+        make(config.env.name, **eval_options(config.env.options(), config.train.eval_env))
     if config.log.wandb and importlib.util.find_spec("wandb") is None:
         raise TeamTRError("log.wandb is true but wandb is not installed: run pip install 'teamtr[wandb]', "
                           "or --set log.wandb=false.")
@@ -221,8 +202,10 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
 
     env = config.env.name
     expert = eval_policies.expert_name(world_class(env))
-    policies = eval_policies.build_policies(("trained", "zero-shot", "random", expert), seed=config.seed,
+    baselines = [expert if b in eval_policies.EXPERT_NAMES else b for b in config.train.final_baselines]
+    policies = eval_policies.build_policies(("trained", "zero-shot", *baselines), seed=config.seed,
                                             coordinator=trainer.coordinator, **directing(config))
+    table_suites = suites(env, eval_options(config.env.options(), config.train.eval_env), config.train.final_suite)
     n = config.train.final_eval_episodes
     counts = {name: n for name in policies}
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
@@ -231,7 +214,7 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer
     for name, policy in policies.items():
         if counts[name]:
-            rows.update(evaluate_table(env, {"heldout": config.env.options()}, {name: policy},
+            rows.update(evaluate_table(env, table_suites, {name: policy},
                                        list(range(off, off + counts[name])), rewards=trainer.rewards,
                                        history_len=config.team.history_len, transcripts=transcripts,
                                        make_agent=trainer.make_agent))

@@ -250,6 +250,22 @@ class TrainConfig(_Section):
     final_eval_episodes: int = Field(200, ge=0)  # held-out seeds for the end-of-run table
     final_zero_shot_episodes: int = Field(50, ge=0)  # zero-shot fails every episode at full length: the priciest row
     eval_seed_offset: int = Field(1_000_000, ge=1)  # held-out seeds start here; training seeds below
+    #: world options over env's for every evaluation (periodic and final), e.g. {horizon: 400} while
+    #: training episodes are shorter: the table measures the task itself
+    eval_env: dict[str, Any] = {}
+    #: the end-of-run table's suites (eval/suites.py): heldout, or generalisation (one agent more,
+    #: held-out names, layouts not trained on, as far as the world declares them)
+    final_suite: Literal["heldout", "generalisation"] = "heldout"
+    #: baseline rows of the end-of-run table besides trained and zero-shot; oracle is the world's
+    #: expert (shown as heuristic where the world says so)
+    final_baselines: list[Literal["random", "first", "noop", "oracle", "heuristic"]] = ["random", "oracle"]
+
+    @field_validator("eval_env")
+    @classmethod
+    def _eval_env(cls, v: dict[str, Any]) -> dict[str, Any]:
+        if "name" in v:
+            raise ValueError("eval_env changes the world's options, not env.name")
+        return v
 
 
 class StageTeam(_Section):

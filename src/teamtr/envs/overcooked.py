@@ -43,6 +43,12 @@ SOUP_REWARD = 20.0  # the game's sparse reward per delivered onion soup
 GOAL_SOUPS: dict[str, int] = {"cramped_room": 6, "asymmetric_advantages": 10, "coordination_ring": 7,
                               "forced_coordination": 7, "counter_circuit": 6}
 
+#: ``state_text`` values: ``grid`` draws the kitchen (~70-95 tokens a decision with SmolLM2's
+#: tokenizer); ``compact`` says in one line what each chef holds, stands by and is doing, plus the
+#: pots and counter items (~40 tokens); its static grid moves into the task text, which the
+#: coordinator encodes once per layout (``docs/overcooked.md``).
+STATE_TEXTS: tuple[str, ...] = ("grid", "compact")
+
 _MOTION: dict[str, tuple[int, int]] = {"up": (0, -1), "down": (0, 1), "right": (1, 0), "left": (-1, 0)}
 ACTIONS: tuple[str, ...] = ("up", "down", "left", "right", "stay", "interact")
 _PLANNERS: dict[str, Any] = {}  # layout -> (mdp, MotionPlanner), built once per process
@@ -67,11 +73,14 @@ def _load(layout: str) -> tuple[Any, Any]:
 class OvercookedWorld:
     """Two chefs (``chef_0``, ``chef_1``) cooking onion soup for ``horizon`` ticks.
 
-    Options: ``layout`` (one of ``LAYOUTS``), ``horizon`` (ticks, default 400), ``decision_every``
-    (the coordinator decides at least every k ticks, default 10), ``shaped`` (add the game's shaped
-    sub-goal rewards to ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome; default
-    the layout's ``GOAL_SOUPS`` per 400 ticks of horizon, rounded up: above what random directives
-    serve, below what the heuristic coordinator serves, so that success separates the two).
+    Options: ``layout`` (one of ``LAYOUTS``, or a list of them: each episode's layout is
+    ``layout[seed % len(layout)]``, so consecutive seeds take turns and one coordinator trains on
+    many kitchens), ``horizon`` (ticks, default 400), ``decision_every`` (the coordinator decides
+    at least every k ticks, default 10), ``shaped`` (add the game's shaped sub-goal rewards to
+    ``tick_reward``), ``goal_soups`` (soups for a ``success`` outcome; default the layout's
+    ``GOAL_SOUPS`` per 400 ticks of horizon, rounded up: above what random directives serve, below
+    what the heuristic coordinator serves, so that success separates the two), ``state_text``
+    (``grid`` or ``compact``, see ``STATE_TEXTS``).
     ``tick_reward`` after each ``step``: 20 per delivered soup (+ shaped rewards when ``shaped``).
     Each delivery is also a ``soup`` event: the headline metric ``soups`` (soups per episode) counts them.
     The expert (``expert_directive``) is a hand-written heuristic, not an oracle: its rows are
@@ -83,40 +92,63 @@ class OvercookedWorld:
     vocabulary_option = None
     expert_name = "heuristic"  # expert_directive is a hand-written rule, not an optimal planner
     headline_metrics = {"soups": "soup"}  # soups delivered per episode (one ``soup`` event each)
+    #: ``layout`` may list several kitchens: tables then show one suite per layout, and the
+    #: generalisation suite adds each layout not trained on (``eval.suites``).
+    split_option = ("layout", tuple(LAYOUTS))
 
     def __init__(
         self,
-        layout: str = "cramped_room",
+        layout: str | list[str] = "cramped_room",
         horizon: int = 400,
         decision_every: int = 10,
         shaped: bool = False,
         goal_soups: int | None = None,
+        state_text: str = "grid",
     ) -> None:
-        check_choice(self.name, "layout", layout, tuple(LAYOUTS))
+        layouts = list(layout) if isinstance(layout, (list, tuple)) else [layout]
+        if not layouts:
+            raise TeamTRError(f"{self.name}: option layout=[] is empty; give a layout or a list of them: "
+                              f"{', '.join(LAYOUTS)}.")
+        for name in layouts:
+            check_choice(self.name, "layout", name, tuple(LAYOUTS))
         check_int(self.name, "horizon", horizon, 1, 100_000)
         check_int(self.name, "decision_every", decision_every, 1, 100_000)
-        if goal_soups is None:
-            goal_soups = math.ceil(GOAL_SOUPS[layout] * horizon / 400)
-        check_int(self.name, "goal_soups", goal_soups, 0, 1_000)
+        if goal_soups is not None:
+            check_int(self.name, "goal_soups", goal_soups, 0, 1_000)
         if not isinstance(shaped, bool):
             raise TeamTRError(f"{self.name}: option shaped={shaped!r} is not allowed; allowed: true, false.")
-        self.layout, self.horizon, self.decision_every = layout, horizon, decision_every
-        self.shaped, self.goal_soups = shaped, goal_soups
-        self.mdp, self.mp = _load(layout)
+        check_choice(self.name, "state_text", state_text, STATE_TEXTS)
+        self.layouts, self.horizon, self.decision_every = layouts, horizon, decision_every
+        self.shaped, self._goal_option, self.state_text = shaped, goal_soups, state_text
         self.agents = ["chef_0", "chef_1"]
-        self.kitchen = chef.Kitchen(self.mdp, self.mp)
-        self.task = (
-            f"Two chefs cook onion soup in an Overcooked kitchen ({layout.replace('_', ' ')}). "
-            "A soup needs 3 onions in a pot; then a chef starts the cooking (20 ticks); then a chef "
-            "with a dish takes the soup to the serving window. Each soup served scores 20. "
-            "Grid: X counter, O onions, D dishes, P pot, S serving window, . floor, 0 and 1 the chefs, "
-            "o d s items on counters. Choose one directive for one chef; keep both chefs busy."
-        )
         self.reset(0)
+
+    def _set_layout(self, layout: str) -> None:
+        """The kitchen, goal and task text of ``layout`` (a no-op when it is already set)."""
+        if getattr(self, "layout", None) == layout:
+            return
+        self.layout = layout
+        self.mdp, self.mp = _load(layout)
+        self.kitchen = chef.kitchen(layout, self.mdp, self.mp)
+        self.goal_soups = (self._goal_option if self._goal_option is not None
+                           else math.ceil(GOAL_SOUPS[layout] * self.horizon / 400))
+        rules = (f"Two chefs cook onion soup in an Overcooked kitchen ({layout.replace('_', ' ')}). "
+                 "A soup needs 3 onions in a pot; then a chef starts the cooking (20 ticks); then a chef "
+                 "with a dish takes the soup to the serving window. Each soup served scores 20. ")
+        if self.state_text == "grid":
+            self.task = rules + (
+                "Grid: X counter, O onions, D dishes, P pot, S serving window, . floor, 0 and 1 the chefs, "
+                "o d s items on counters. Choose one directive for one chef; keep both chefs busy.")
+        else:  # the static kitchen lives in the prefix, encoded once per layout
+            self.task = rules + (
+                f"Kitchen ({'/'.join(self.kitchen.grid)}): X counter, O onions, D dishes, P pot, S serving "
+                "window, . floor. Choose one directive for one chef; keep both chefs busy.")
 
     # ----------------------------------------------------------------------------------- episode
     def reset(self, seed: int) -> None:
-        """Start from the layout's standard start; ``seed`` drives only the unjamming moves."""
+        """Start from the layout's standard start (the list's ``seed % len`` one); ``seed`` drives
+        only that choice and the unjamming moves."""
+        self._set_layout(self.layouts[seed % len(self.layouts)])
         self.rng = random.Random(seed)
         self.state = self.mdp.get_standard_start_state()
         self.soups, self.tick_reward = 0, 0.0
@@ -151,7 +183,10 @@ class OvercookedWorld:
 
     # ---------------------------------------------------------------------------------- texts
     def describe(self) -> str:
-        """The grid (one character a cell) then one summary line; ~100 tokens on cramped_room."""
+        """The state text of ``state_text``: ``grid`` (one character a cell, then one summary line;
+        ~70 tokens on cramped_room) or ``compact`` (one line, ``_compact``)."""
+        if self.state_text == "compact":
+            return self._compact()
         rows = [list(r) for r in self.kitchen.grid]
         for pos, obj in self.state.objects.items():
             if self.mdp.get_terrain_type_at_pos(pos) == "X":
@@ -163,6 +198,24 @@ class OvercookedWorld:
         return "\n".join("".join(r) for r in rows) + (
             f"\n{holds}. {pots}. Served {self.soups} soups, {self.horizon - self.t} ticks left."
         )
+
+    def _compact(self) -> str:
+        """Per chef: where it stands, what it holds and the sub-task it works on (``own:`` its own
+        greedy rule); then the pots and the items on counters. No tick count: the horizon is a cut
+        (learners bootstrap at it), so the same text serves a 200-tick training world and a 400-tick
+        evaluation one."""
+        parts = []
+        for i, a in enumerate(self.agents):
+            p, d = self._player(a), self.in_force[a]
+            if d is None or self.just_done[a]:  # done: the chef falls back on its own rule
+                doing = "own: " + chef.TASKS[self.kitchen.greedy_task(self.state, i)]
+            else:
+                doing = ("cannot: " if self.stuck[a] else "") + chef.TASKS[d.task]
+            parts.append(f"{a} by {self.kitchen.nearest(p)}, holds {chef.held(p) or 'nothing'}, {doing}")
+        pots = ", ".join(self.kitchen.pot_text(self.state, i, p) for i, p in enumerate(self.mdp.get_pot_locations()))
+        items = [o.name for pos, o in sorted(self.state.objects.items()) if pos not in self.kitchen.pots]
+        counters = f". On counters: {', '.join(items)}" if items else ""
+        return "; ".join(parts) + f". {pots[0].upper()}{pots[1:]}{counters}."
 
     def view(self, agent: str) -> AgentView:
         p = self._player(agent)

@@ -28,6 +28,7 @@ TASKS: dict[str, str] = {
     "drop": "put down what you hold",
     "wait": "wait",
 }
+_KITCHENS: dict[str, "Kitchen"] = {}  # layout -> Kitchen, built once per process
 _ACTION_NAMES = {(0, -1): "up", (0, 1): "down", (1, 0): "right", (-1, 0): "left", (0, 0): "stay", "interact": "interact"}
 
 
@@ -63,8 +64,15 @@ def effect_done(task: str, flags: dict[str, list[bool]], i: int, before: Any, af
     return False
 
 
+def kitchen(layout: str, mdp: Any, mp: Any) -> "Kitchen":
+    """The ``Kitchen`` of ``layout`` (memoised: a world drawing layouts per episode reuses them)."""
+    if layout not in _KITCHENS:
+        _KITCHENS[layout] = Kitchen(mdp, mp)
+    return _KITCHENS[layout]
+
+
 class Kitchen:
-    """Static facts of one layout plus the sub-task logic of a chef."""
+    """Static facts of one layout plus the sub-task logic of a chef (no episode state)."""
 
     def __init__(self, mdp: Any, mp: Any) -> None:
         self.mdp, self.mp = mdp, mp
@@ -303,6 +311,15 @@ class Kitchen:
         if soup.is_cooking:
             return f"pot {k + 1} cooking {soup._cooking_tick}/{soup.cook_time}"
         return f"pot {k + 1} has {len(soup.ingredients)} onions"
+
+    def nearest(self, player: Any) -> str:
+        """``the onions``, ``the dishes``, ``a pot`` or ``the window``: the feature ``player`` reaches
+        in the fewest ticks (the motion planner's cost; ties in that order)."""
+        mdp, best = self.mdp, (float("inf"), "")
+        for name, feats in (("the onions", mdp.get_onion_dispenser_locations()), ("the dishes", mdp.get_dish_dispenser_locations()),
+                            ("a pot", self.pots), ("the window", mdp.get_serving_locations())):
+            best = min(best, (self.mp.min_cost_to_feature(player.pos_and_or, feats)[0], name), key=lambda c: c[0])
+        return best[1]
 
     def feature_name(self, goal: Any) -> str:
         (x, y), (dx, dy) = goal

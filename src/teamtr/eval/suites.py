@@ -4,6 +4,12 @@
 held-out vocabulary of agent, item and zone names ("train on A, B, C, test on D, E, F"). Each world
 declares the options these use (``team_size_option``, ``vocabulary_option``; see ``core.World``), so
 the suite works for plug-in worlds as for the built-in ones.
+
+A world may also declare ``split_option = (option, every value)`` (Overcooked: ``("layout",
+LAYOUTS)``): an option that may hold a *list* of values, one drawn per episode. Trained on a list,
+the tables show one suite per value (``layout=cramped_room``: a row per layout, never an average
+over kitchens), and ``generalisation`` adds each value the list leaves out (``layout=forced_coordination
+unseen``: the seed's "train on A, B, C, test on D", here leave-one-layout-out).
 """
 
 from __future__ import annotations
@@ -21,17 +27,29 @@ from teamtr.team import AgentFactory
 from teamtr.telemetry.metrics import METRICS, headline_metrics, summarize
 
 
+SUITES = ("heldout", "generalisation")
+
+
 def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") -> dict[str, dict[str, Any]]:
-    """Suite name -> world options. ``heldout``: the training setting on held-out seeds only;
-    ``generalisation``: that, plus one more agent, plus held-out names, as far as world ``env_name``
-    declares the options for them."""
+    """Suite name -> world options. ``heldout``: the training setting on held-out seeds only (one
+    suite per value of a listed ``split_option``); ``generalisation``: that, plus the split option's
+    unseen values, one more agent and held-out names, as far as world ``env_name`` declares the
+    options for them."""
+    if which not in SUITES:
+        raise TeamTRError(f"--suite {which!r} is not one of {', '.join(SUITES)}.")
     base = dict(options)
-    out = {"heldout": base}
+    cls = world_class(env_name)
+    split = getattr(cls, "split_option", None)
+    values = base.get(split[0]) if split is not None else None
+    if isinstance(values, (list, tuple)):  # one suite per value trained on; later, the unseen ones
+        key = split[0]
+        out = {f"{key}={v}": {**base, key: v} for v in values}
+        if which == "generalisation":
+            out.update({f"{key}={v} unseen": {**base, key: v} for v in split[1] if v not in values})
+    else:
+        out = {"heldout": base}
     if which == "heldout":
         return out
-    if which != "generalisation":
-        raise TeamTRError(f"--suite {which!r} is not one of heldout, generalisation.")
-    cls = world_class(env_name)
     if cls.team_size_option is not None:
         key, default = cls.team_size_option
         n = int(base.get(key, default)) + 1
@@ -40,6 +58,12 @@ def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") ->
         key, value = cls.vocabulary_option
         out[f"{key}={value}"] = {**base, key: value}
     return out
+
+
+def eval_options(env_options: Mapping[str, Any], eval_env: Mapping[str, Any]) -> dict[str, Any]:
+    """The world options every evaluation uses: the run's ``env`` options with ``train.eval_env``
+    over them (a run may train on shorter episodes than the task it is measured on)."""
+    return {**env_options, **eval_env}
 
 
 def table_columns(env_name: str) -> tuple[str, ...]:

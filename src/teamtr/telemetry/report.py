@@ -23,12 +23,11 @@ from typing import TYPE_CHECKING, Any
 
 from teamtr.atomic import atomic_write_text, read_json
 from teamtr.core import TeamTRError
-from teamtr.envs import world_class
 from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
     CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
 )
-from teamtr.telemetry.metrics import METRICS, headline_metrics
+from teamtr.telemetry.metrics import METRICS
 from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
 
 if TYPE_CHECKING:
@@ -160,12 +159,15 @@ def _cell(value: Any) -> str:
     return "&mdash;" if value is None else html.escape(str(value))
 
 
-def _eval_table(records: list[dict[str, Any]], headline: tuple[str, ...] = ()) -> str:
+def _eval_table(records: list[dict[str, Any]]) -> str:
     rows = latest_evals(records)
     if not rows:
         return "<p>No evaluation yet.</p>"
-    # The world's headline metrics (soups, landmarks covered) right after success, where logged.
-    shown = sorted({k for r in rows for k in r} & {f"eval/{m}" for m in headline})
+    # The world's headline metrics (soups, landmarks covered) right after success: an evaluation line
+    # holds the shared METRICS, ``episodes``, ``events/<kind>`` and the headline metrics (summarize).
+    known = {f"eval/{m}" for m in (*METRICS, "episodes")}
+    shown = sorted(k for k in {k for r in rows for k in r} if k.startswith("eval/") and k not in known
+                   and not k.startswith("eval/events/"))
     columns = EVAL_COLUMNS[:1] + tuple(shown) + EVAL_COLUMNS[1:]
     head = "".join(f"<th>{html.escape(c.split('/', 1)[1])}</th>" for c in columns)
     body = "".join(
@@ -202,15 +204,6 @@ def _final_table(run: Path) -> str:
         for policy, row in rows.items()
     )
     return f"<table class='final'><tr><th>policy</th>{head}</tr>{body}</table>"
-
-
-def _headline(config: dict[str, Any] | None) -> tuple[str, ...]:
-    """The run's world's headline metric names (none when the config or the world is unknown)."""
-    name = ((config or {}).get("env") or {}).get("name")
-    try:
-        return tuple(headline_metrics(world_class(name))) if isinstance(name, str) else ()
-    except TeamTRError:
-        return ()
 
 
 def _summary(records: list[dict[str, Any]]) -> str:
@@ -254,7 +247,7 @@ def write_report(run_dir: str | Path, viewer: ViewerLimits = DEFAULT_LIMITS) -> 
         f"<body><h1>TeamTR run {html.escape(run.name)}</h1>{_summary(records)}"
         f"<h2>Curves</h2>{figures or '<p>No metrics yet.</p>'}"
         f"<h2>End-of-run table (held-out seeds)</h2>{_final_table(run)}"
-        f"<h2>Latest evaluation</h2>{_eval_table(records, _headline(config))}"
+        f"<h2>Latest evaluation</h2>{_eval_table(records)}"
         f"<h2>Episodes</h2>{viewer_section(run, viewer)}"
         f"<h2>Config</h2><pre>{html.escape(config_text)}</pre>"
         f"<p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S')} from {len(records)} metric lines.</small></p>"

@@ -175,3 +175,27 @@ def load_checkpoint(path: Path, coordinator: CoordinatorLike, algo: Algorithm | 
     state = load_state(path, "trainer")
     set_rng_state(state["rng"])
     return {"iteration": int(state["iteration"]), **state["trainer"]}
+
+
+def resolve_checkpoint(path: str) -> tuple[Path, Path]:
+    """(checkpoint folder holding ``coordinator/`` or ``adapter/``, run directory) for a checkpoint
+    folder, a run directory (its latest checkpoint) or a ``Coordinator.save`` folder; its settings file
+    is read now, so a damaged checkpoint fails before any model is loaded."""
+    folder, run_dir = _checkpoint_folder(path)
+    if (folder / "coordinator.json").is_file():
+        read_json(folder / "coordinator.json", "coordinator settings")
+    return folder, run_dir
+
+
+def _checkpoint_folder(path: str) -> tuple[Path, Path]:
+    p = Path(path)
+    if (p / "coordinator").is_dir():
+        return p / "coordinator", p.parent.parent
+    if (p / "checkpoints").is_dir():
+        found = latest_checkpoint(p)
+        if found is not None:
+            return found / "coordinator", p
+    if (p / "adapter").is_dir():
+        return p, p.parent
+    raise TeamTRError(f"--checkpoint {path}: no checkpoint there (expected RUN_DIR, RUN_DIR/checkpoints/iter_N, "
+                      "or a folder with adapter/).")

@@ -36,7 +36,7 @@ from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
 from teamtr.train import roles as roles_mod
 from teamtr.train.card import write_model_card
-from teamtr.train.checkpoint import load_checkpoint, load_state, save_checkpoint
+from teamtr.train.checkpoint import load_checkpoint, load_state, resolve_checkpoint, save_checkpoint
 from teamtr.train.collect import TrainSeeds, make_collector
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.distributed import Distributed, RankSeeds, rank_seed
@@ -185,8 +185,6 @@ class Trainer:
     def _warm_start(self, init: str) -> None:
         """Load ``model.init``'s adapter and value head; without behaviour cloning it is the warm start
         (kept as ``bc/``, so that algo.ref=bc measures KL against it, on resume too)."""
-        from teamtr.cli import resolve_checkpoint
-
         try:
             folder, _ = resolve_checkpoint(init)
             self.coordinator.load(folder)
@@ -343,11 +341,13 @@ class Trainer:
     def evaluate(self, episodes: int, suite: str = "heldout", **overrides: Any) -> dict[str, float]:
         from teamtr.eval.evaluate import run_episodes
         from teamtr.eval.policies import CoordinatorPolicy
+        from teamtr.eval.suites import eval_options
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
         policy = CoordinatorPolicy(self.coordinator, greedy=True, directives=self.config.team.directives,
                                    max_new_tokens=self.config.policy.max_new_tokens)
-        result = run_episodes(self.config.env.name, {**self.options, **overrides}, policy, list(seeds), rewards=self.rewards,
+        options = eval_options(self.options, {**self.config.train.eval_env, **overrides})
+        result = run_episodes(self.config.env.name, options, policy, list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})",
                               make_agent=self.make_agent)
         return summarize(result, headline_metrics(world_class(self.config.env.name)))
