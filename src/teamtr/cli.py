@@ -116,7 +116,8 @@ def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | Non
             built.load(checkpoint)
         return built
 
-    return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None)
+    return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None,
+                                        hierarchy=config.team.hierarchy)
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
@@ -210,7 +211,7 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     env = config.env.name
     expert = eval_policies.expert_name(world_class(env))
     policies = eval_policies.build_policies(("trained", "zero-shot", "random", expert), seed=config.seed,
-                                            coordinator=trainer.coordinator)
+                                            coordinator=trainer.coordinator, hierarchy=config.team.hierarchy)
     n = config.train.final_eval_episodes
     counts = {name: n for name in policies}
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)

@@ -23,6 +23,7 @@ from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
+from teamtr.hierarchy import check_goals
 from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
@@ -39,6 +40,7 @@ from teamtr.train.collect import TrainSeeds, make_collector
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.distributed import Distributed, RankSeeds, rank_seed
 from teamtr.train.interrupt import resume_hint, uninterrupted
+from teamtr.train.hierarchy import Hierarchy, updates_per_level
 from teamtr.train.judge import build_judge
 from teamtr.train.lock import RunLock
 from teamtr.train.ray_rollout import TeamRecipe
@@ -75,6 +77,7 @@ class Trainer:
         a = config.algo
         self.replay = SuccessReplay(a.replay_capacity, a.replay_alpha, config.seed) if a.replay_coef > 0 else None
         self.judge = build_judge(config, self.coordinator)
+        self.hierarchy = Hierarchy(config, self.coordinator, self._ref_logp) if config.team.hierarchy.enabled else None
         seeds = RankSeeds(self.seeds, self.dist.rank, self.dist.world_size) if self.dist.active else self.seeds
         if self.dist.active and config.rollout.backend == "ray":
             raise TeamTRError("rollout.backend = ray with torchrun is not supported: run ray with one learner "
@@ -89,7 +92,8 @@ class Trainer:
                                         torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
                                         self._ref_logp, recipe=lambda: self._recipe(self.curriculum.options()),
                                         group_size=config.rollout.group_size, noise=config.policy.noise,
-                                        replay=self.replay, actor=self._whole_team_actor(), judge=self.judge)
+                                        replay=self.replay, actor=self._whole_team_actor(), judge=self.judge,
+                                        hierarchy=self.hierarchy)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -119,7 +123,10 @@ class Trainer:
         if self.config.log.wandb and importlib.util.find_spec("wandb") is None:
             raise TeamTRError("log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]' "
                               "(or --set log.wandb=false).")
-        check_team(self.config, make(self.config.env.name, **self.options))
+        world = make(self.config.env.name, **self.options)
+        check_team(self.config, world)
+        if self.config.team.hierarchy.enabled:
+            check_goals(world)
         for i, stage in enumerate(self.config.curriculum.stages):
             try:
                 make(self.config.env.name, **{**self.options, **stage.env})
@@ -136,7 +143,7 @@ class Trainer:
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
-        opts.setdefault("total_updates", max(1, self.config.train.iterations))
+        opts.setdefault("total_updates", updates_per_level(self.config))
         opts.setdefault("seed", self.config.seed)
         return AlgoConfig.from_dict(opts)
 
@@ -159,6 +166,8 @@ class Trainer:
         if self.bc_done or not self.config.bc.enabled:
             self._start_rl()
             load_algo_state(self.algo, load_state(ckpt, "algo"))
+            if self.hierarchy is not None:
+                self.hierarchy.load_state_dict(state["hierarchy"])
         if self.bc_done and self.config.algo.ref == "bc" and (self.run_dir / "bc").is_dir():
             self.bc_state = self.coordinator.read_adapter(self.run_dir / "bc")
         return self.iteration
@@ -186,6 +195,8 @@ class Trainer:
                               "ranks); run it without torchrun, or choose ppo, pg, grpo or rloo.")
         self.algo = make_algorithm(self.config.algo.name, self.coordinator.policy_param_groups(),
                                    self.coordinator.value_parameters(), self.algo_config)
+        if self.hierarchy is not None:
+            self.hierarchy.start(self.config.algo.name, self.algo_config)
         if self.replay is not None:
             if not isinstance(self.algo, PPO):
                 raise TeamTRError(f"algo.replay_coef > 0 needs a PPO-family algo.name (ppo, pg, grpo, rloo), not "
@@ -289,12 +300,13 @@ class Trainer:
 
     def evaluate(self, episodes: int, suite: str = "heldout", **overrides: Any) -> dict[str, float]:
         from teamtr.eval.evaluate import run_episodes
-        from teamtr.eval.policies import CoordinatorPolicy, WholeTeamPolicy
+        from teamtr.eval.policies import CoordinatorPolicy, HierarchicalPolicy, WholeTeamPolicy
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
-        policy = WholeTeamPolicy if self.collector.actor is not None else CoordinatorPolicy
+        policy = (HierarchicalPolicy(self.coordinator, self.hierarchy.schedule) if self.hierarchy is not None
+                  else (WholeTeamPolicy if self.collector.actor is not None else CoordinatorPolicy)(self.coordinator))
         result = run_episodes(self.config.env.name, {**self.options, **overrides},
-                              policy(self.coordinator, greedy=True), list(seeds), rewards=self.rewards,
+                              policy, list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})",
                               make_agent=self.make_agent)
         return summarize(result)
@@ -349,7 +361,7 @@ class Trainer:
         t_collect = time.perf_counter() - t0
         c = self.algo_config
         rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages, estimator=self.algo.advantage_estimator)
-        metrics = self.update(rollout)
+        metrics = self.update(rollout) if self.hierarchy is None else self.hierarchy.update(self, rollout, it)
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
         line = {**ep, **metrics, **self.collector.stats, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
                 "perf/iteration_s": time.perf_counter() - t0, "perf/decisions": len(rollout)}
@@ -391,7 +403,8 @@ class Trainer:
                 self.run_dir, self.iteration, self.coordinator, self.algo,
                 {"train_seed": self.seeds.next, "episode_id": self.collector.episode_id, "bc_done": self.bc_done,
                  "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict(),
-                 **({"replay": self.replay.state_dict()} if self.replay is not None else {})},
+                 **({"replay": self.replay.state_dict()} if self.replay is not None else {}),
+                 **({"hierarchy": self.hierarchy.state_dict()} if self.hierarchy is not None else {})},
                 keep=self.config.train.keep_checkpoints,
             )
             write_model_card(self.run_dir, path)
