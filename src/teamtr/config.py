@@ -365,8 +365,6 @@ def _check_hierarchy(config: Config) -> None:
                f"model.train_layers ({m.train_layers})")
     elif config.rollout.backend != "inline":
         why = "rollout.backend must be inline"
-    elif config.algo.ref != "base":
-        why = "algo.ref must be base (the strategic level has no cloned adapter)"
     if why:
         raise TeamTRError(f"Bad config: team.hierarchy.enabled=true: {why}.")
 
