@@ -85,9 +85,9 @@ class Trainer:
         if config.rollout.backend == "ray" and self.make_agent is not None:
             raise TeamTRError("team.agents (LLM or remote role agents) run on the inline rollout backend for now: "
                               "--set rollout.backend=inline, or leave team.agents empty (scripted agents).")
-        if self.dist.active and config.team.directives == "whole_team":
-            raise TeamTRError("team.directives = whole_team runs in one learner process for now; run it without "
-                              "torchrun, or use team.directives=single.")
+        if self.dist.active and (config.team.directives == "whole_team" or config.team.hierarchy.enabled):
+            raise TeamTRError("team.directives = whole_team and team.hierarchy run in one learner process for now; "
+                              "run them without torchrun.")
         self.collector = make_collector(config.rollout, self.coordinator, self.make_team, seeds,
                                         torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
                                         self._ref_logp, recipe=lambda: self._recipe(self.curriculum.options()),
