@@ -18,6 +18,7 @@ from teamtr.policy.levels import adapter_of, use_level
 from teamtr.policy.prompts import user_text
 from teamtr.rl.losses import masked_log_softmax
 from teamtr.team import Team
+from teamtr.train.checkpoint import validate_checkpoint
 from teamtr.train.hierarchy import levels_trained
 from teamtr.train.trainer import Trainer
 
@@ -163,6 +164,9 @@ def test_a_resumed_hierarchical_run_ends_bitwise_equal_to_an_uninterrupted_one(t
     for f in ("adapter/adapter_model.safetensors", "adapter/strategic/adapter_model.safetensors",
               "value_head.safetensors", "value_head_strategic.safetensors"):
         assert (tmp_path / "run" / final / f).read_bytes() == (tmp_path / "ref" / final / f).read_bytes(), f
+    (tmp_path / "ref" / final / "adapter/strategic/adapter_model.safetensors").write_bytes(b"torn")
+    # a damaged level is a damaged checkpoint: resume falls back past it
+    assert "adapter/strategic/adapter_model.safetensors" in validate_checkpoint(tmp_path / "ref" / final.parent)
 
 
 def test_a_world_without_goals_and_unsupported_settings_fail_with_the_key(tmp_path, monkeypatch):

@@ -34,7 +34,7 @@ class GoalSchedule:
 
     @classmethod
     def from_config(cls, hierarchy: object) -> GoalSchedule:
-        return cls(int(getattr(hierarchy, "every")), bool(getattr(hierarchy, "at_milestones")))
+        return cls(int(hierarchy.every), bool(hierarchy.at_milestones))  # type: ignore[attr-defined]
 
     def due(self, team: Team) -> bool:
         """True when ``team``'s strategic level should choose a goal before its next tactical decision."""

@@ -143,7 +143,9 @@ def validate_checkpoint(path: Path) -> str | None:
     path = Path(path)
     if not path.is_dir() or not any(path.iterdir()):
         return f"{path.name}: empty folder"
-    for name in CHECKPOINT_FILES:
+    levels = sorted(str(f.relative_to(path)) for f in [*path.glob("coordinator/adapter/*/adapter_model.safetensors"),
+                                                       *path.glob("coordinator/value_head_*.safetensors")])
+    for name in (*CHECKPOINT_FILES, *levels):  # levels: a hierarchical run's strategic adapter and value head
         f = path / name
         try:
             read_json(f) if name.endswith(".json") else read_safetensors(f)
