@@ -22,6 +22,7 @@ FLOORS: dict[str, set[str]] = {
     "rewards": {"core"},
     "envs": {"core", "atomic"},
     "team": {"core", "agents", "rewards"},
+    "hierarchy": {"core", "team"},  # when a hierarchical coordinator's strategic level decides (no torch)
     "gym": {"core", "envs", "team", "agents", "rewards"},
     "play": {"core", "team"},
     "pettingzoo": {"core", "envs", "team", "agents", "rewards", "gym"},
@@ -33,16 +34,16 @@ FLOORS: dict[str, set[str]] = {
     "telemetry.progress": set(),  # a terminal utility every floor that does long work may use
     "config": {"core", "policy.settings", "rl.settings", "rl", "rewards"},
     "telemetry": {"core", "atomic", "config", "rl", "rl.settings", "telemetry.metrics"},
-    "eval": {"core", "atomic", "envs", "team", "agents", "rewards", "policy", "policy.settings", "rl",
+    "eval": {"core", "atomic", "envs", "team", "hierarchy", "agents", "rewards", "policy", "policy.settings", "rl",
              "telemetry", "telemetry.metrics", "config"},
-    "train": {"core", "atomic", "envs", "team", "agents", "rewards", "policy", "policy.settings", "rl",
+    "train": {"core", "atomic", "envs", "team", "hierarchy", "agents", "rewards", "policy", "policy.settings", "rl",
               "rl.settings", "telemetry", "telemetry.metrics", "config", "eval"},
 }
 TOP = {"cli", "serve", "export", "__init__"}  # the top floor may import anything
 
 #: Modules that must import without torch (the worlds, the text game, the config).
 TORCH_FREE = ["teamtr.core", "teamtr.envs", "teamtr.envs.escape_room", "teamtr.envs.software_team",
-              "teamtr.envs.registry", "teamtr.agents.scripted", "teamtr.rewards.terms", "teamtr.team",
+              "teamtr.envs.registry", "teamtr.agents.scripted", "teamtr.rewards.terms", "teamtr.team", "teamtr.hierarchy",
               "teamtr.config", "teamtr.policy.settings", "teamtr.rl.settings", "teamtr.telemetry.metrics",
               "teamtr.cli"]
 

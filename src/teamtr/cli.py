@@ -101,7 +101,8 @@ def build_policies(names_: Sequence[str], config: Config, checkpoint: Path | Non
         return built
 
     return eval_policies.build_policies(names_, seed=seed, coordinator=coordinator, trained=checkpoint is not None,
-                                        **({} if single else directing(config)))
+                                        **({} if single else directing(config)),
+                                        hierarchy=config.team.hierarchy)
 
 
 def directing(config: Config) -> dict[str, Any]:
@@ -204,7 +205,8 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     expert = eval_policies.expert_name(world_class(env))
     baselines = [expert if b in eval_policies.EXPERT_NAMES else b for b in config.train.final_baselines]
     policies = eval_policies.build_policies(("trained", "zero-shot", *baselines), seed=config.seed,
-                                            coordinator=trainer.coordinator, **directing(config))
+                                            coordinator=trainer.coordinator, hierarchy=config.team.hierarchy,
+                                            **directing(config))
     table_suites = suites(env, eval_options(config.env.options(), config.train.eval_env), config.train.final_suite)
     n = config.train.final_eval_episodes
     counts = {name: n for name in policies}

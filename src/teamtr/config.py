@@ -88,6 +88,19 @@ class LLMConfig(_Section):
     role_adapters: RoleAdaptersConfig = RoleAdaptersConfig()
 
 
+class HierarchyConfig(_Section):
+    """A strategic coordinator over a tactical one (``train/hierarchy.py``, docs/directives.md)."""
+
+    #: a strategic level picks the team's phase goal among the world's goals (``World.goals()``); the
+    #: tactical level, with the goal in its prompt, directs the agents; one LoRA adapter per level
+    enabled: bool = False
+    every: int = Field(4, ge=1)  # the strategic level decides again after this many world ticks...
+    at_milestones: bool = True  # ... and after every tactical decision that reached a milestone
+    #: joint: both levels' adapters are updated every iteration; alternate: the tactical level on odd
+    #: iterations, the strategic one on even ones
+    training: Literal["joint", "alternate"] = "joint"
+
+
 class TeamConfig(_Section):
     history_len: int = Field(3, ge=0)
     #: single: one directive per decision from the enumerated candidates; whole_team: one line per
@@ -99,6 +112,7 @@ class TeamConfig(_Section):
     agents: dict[str, Literal["scripted", "llm", "remote"]] = {}
     remote: RemoteConfig = RemoteConfig()
     llm: LLMConfig = LLMConfig()
+    hierarchy: HierarchyConfig = HierarchyConfig()
 
     @model_validator(mode="after")
     def _role_adapters(self) -> "TeamConfig":
@@ -418,6 +432,26 @@ def _check_modes(config: Config) -> None:
                           "adapter, but bc.enabled is false: set bc.enabled=true, or algo.ref=base.")
 
 
+def _check_hierarchy(config: Config) -> None:
+    """The settings ``team.hierarchy.enabled`` runs with (each refusal names the key and the fix)."""
+    if not config.team.hierarchy.enabled:
+        return
+    m, why = config.model, None
+    if config.team.directives != "single":
+        why = "team.directives must be single (whole-team outputs under a goal are not built yet)"
+    elif config.algo.name not in ("ppo", "pg"):
+        why = f"algo.name={config.algo.name} is not supported there: each level learns from GAE; use ppo or pg"
+    elif config.bc.enabled:
+        why = "bc.enabled must be false (the oracle demonstrations carry no phase goal yet)"
+    elif m.rl_layers != "all" and m.rl_layers != m.train_layers:
+        why = (f"model.rl_layers={m.rl_layers} caches activations under one adapter; set it to all or to "
+               f"model.train_layers ({m.train_layers})")
+    elif config.rollout.backend != "inline":
+        why = "rollout.backend must be inline"
+    if why:
+        raise TeamTRError(f"Bad config: team.hierarchy.enabled=true: {why}.")
+
+
 def validate(tree: dict[str, Any]) -> Config:
     try:
         config = Config.model_validate(tree)
@@ -425,6 +459,7 @@ def validate(tree: dict[str, Any]) -> Config:
         raise TeamTRError(_explain(err)) from None
     _check_groups(config)
     _check_modes(config)
+    _check_hierarchy(config)
     # Validate the algorithm's own keys now, not at the first update.
     try:
         AlgoConfig.from_dict(config.algo.algo_options())

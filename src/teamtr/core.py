@@ -174,5 +174,20 @@ class World(Protocol):
         """
 
 
+@runtime_checkable
+class GoalWorld(Protocol):
+    """A world that exposes phase goals, for a hierarchical coordinator (``team.hierarchy``).
+
+    The goals are ``goal`` directives (``target`` None): the strategic level picks one, and the
+    tactical level reads it in its prompt; a goal is never delivered to the role agents.
+    """
+
+    def goals(self) -> list[Directive]:
+        """The goals that make sense now (at least one while the episode runs)."""
+
+    def expert_goal(self) -> Directive:
+        """An oracle's goal for the current state: one of ``goals()``."""
+
+
 class TeamTRError(Exception):
     """An error meant for a person: the message names what is wrong and how to fix it."""

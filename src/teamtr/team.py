@@ -67,6 +67,7 @@ class TeamState:
         candidates: ``world.directives()`` then ``NOOP`` (always last).
         expert: index in ``candidates`` of ``world.expert_directive()`` (the oracle's choice).
         tick: world ticks since reset.
+        goal: the phase goal in force (``team.hierarchy``: the strategic level's), "" when none.
     """
 
     world: str
@@ -76,6 +77,7 @@ class TeamState:
     candidates: tuple[Directive, ...]
     expert: int
     tick: int
+    goal: str = ""
 
 
 def joint_directive(lines: Sequence[Directive]) -> Directive:
@@ -191,6 +193,18 @@ class Team:
         self.finished = True
         self.state: TeamState | None = None
         self._decision: _Decision | None = None
+        self.goal: Directive | None = None  # set by a hierarchical coordinator (train/hierarchy.py)
+        self.goal_tick = 0  # ticks when the goal was set
+        self.milestones = 0  # milestone events this episode
+        self.goal_milestones = 0  # milestone events when the goal was set
+
+    def set_goal(self, goal: Directive) -> TeamState:
+        """Put ``goal`` in force (it shows in every TeamState until the next one); returns the state."""
+        if self.finished or self.state is None:
+            raise TeamTRError("Team.set_goal called after the episode ended; call reset(seed) first.")
+        self.goal, self.goal_tick, self.goal_milestones = goal, self.ticks, self.milestones
+        self.state = self._observe()
+        return self.state
 
     def reset(self, seed: int) -> TeamState:
         """Start an episode; the same seed gives the same episode (world and compliance draws)."""
@@ -204,6 +218,7 @@ class Team:
         self.ticks = 0
         self.finished = False
         self._decision = None
+        self.goal, self.goal_tick, self.milestones, self.goal_milestones = None, 0, 0, 0
         self.state = self._observe()
         return self.state
 
@@ -230,6 +245,7 @@ class Team:
             candidates=candidates,
             expert=index,
             tick=self.ticks,
+            goal=self.goal.text if self.goal is not None else "",
         )
 
     def step(self, choice: int | Sequence[int] | FreeText) -> tuple[TeamState, float, bool, dict[str, Any]]:
@@ -332,6 +348,7 @@ class Team:
         """End the decision that carried out ``directive`` with ``events``: remember it, note
         whether the episode ended, and observe the next state."""
         self.previous = directive
+        self.milestones += sum(e.kind == "milestone" for e in events)
         self._remember(directive, events)
         self.finished = self.world.outcome() is not None
         self.state = self._observe()

@@ -227,6 +227,19 @@ class EscapeRoomWorld:
         goal = self._pos[where] if isinstance(where, str) else where
         return f"pick {obj}" if pos == goal else self._toward(agent, goal)
 
+    # -- goals (a hierarchical coordinator's strategic level) -----------------------------------
+    def goals(self) -> list[Directive]:
+        """One goal per item not yet at the door; once all are there, opening the door."""
+        out = [Directive(f"goal: bring the {item} to the door", None, f"bring:{item}", "goal")
+               for item in self.items if not self._at_door(item)]
+        return out or [Directive("goal: open the door", None, "open:door", "goal")]
+
+    def expert_goal(self) -> Directive:
+        """The first item nobody carries yet (else the first not at the door; else the door)."""
+        goals = self.goals()
+        loose = [g for g in goals if g.task.startswith("bring:") and not isinstance(self._where[g.task[6:]], str)]
+        return (loose or goals)[0]
+
     # -- dynamics --------------------------------------------------------------------------------
     def step(self, actions: dict[str, str]) -> list[Event]:
         if self._outcome is not None:

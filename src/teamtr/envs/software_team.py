@@ -40,6 +40,9 @@ ITEMS: dict[str, tuple[str, int, tuple[str, ...]]] = {
     "release": ("pm", 1, ("tests",)),
 }
 MODULES = ("api", "ui")
+#: The phases of MetaGPT's process, for a hierarchical coordinator's goals (``goals()``).
+PHASES: dict[str, tuple[str, ...]] = {"requirements": ("prd",), "design": ("design",),
+                                      "development": ("api", "ui", "integration"), "test": ("tests", "release")}
 GOALS = {"integration": ("fix", "integration"), "features": ("api", "ui")}
 VOCAB = {
     "default": {
@@ -254,6 +257,19 @@ class SoftwareTeamWorld:
             mode, item = "do", picks[0]
         self._doing[agent] = ({"do": "work", "redo": "redo", "pair": "pair"}[mode], item)
         return f"{'pair' if mode == 'pair' else 'work'} {item}"
+
+    # -- phase goals (a hierarchical coordinator's strategic level) -----------------------------
+    def _phase_goal(self, phase: str) -> Directive:
+        items = ", ".join(self.vocab["names"][k] for k in PHASES[phase])
+        return Directive(f"phase: {phase} ({items})", None, f"phase:{phase}", "goal")
+
+    def goals(self) -> list[Directive]:
+        """One goal per phase with work left (a bug reopens development), in process order."""
+        return [self._phase_goal(p) for p, items in PHASES.items() if not all(self._done[k] for k in items)]
+
+    def expert_goal(self) -> Directive:
+        """The earliest phase with work left."""
+        return self.goals()[0]
 
     # -- dynamics --------------------------------------------------------------------------------
     def step(self, actions: dict[str, str]) -> list[Event]:

@@ -45,7 +45,10 @@ def run_episodes(
     steps: list[list[dict[str, Any]]] = [[] for _ in teams]
     name = label or type(policy).__name__.removesuffix("Policy").lower()
     with Progress(f"eval {name}", len(teams), unit="episodes") as progress:
+        plan = getattr(policy, "plan", None)  # a hierarchical policy sets the due goals first
         while live := batch.live():
+            if plan is not None:
+                plan([teams[i] for i in live])
             states = batch.states()
             choices = policy.choose(states)
             if len(choices) != len(live):
@@ -79,6 +82,8 @@ def step_record(state: TeamState, choice: int | Sequence[int] | FreeText, reward
               "candidates": [d.text for d in state.candidates], "choice": -1 if extra else int(choice), **extra,
               "directive": info["directive"].text, "reward": reward, "events": [e.kind for e in info["events"]],
               "terms": {k: float(v) for k, v in info["terms"].items()}}
+    if state.goal:
+        record["goal"] = state.goal
     if probs is not None:
         record["probs"] = [round(float(p), 6) for p in probs[: len(state.candidates)]]
     return record

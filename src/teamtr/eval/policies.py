@@ -7,7 +7,8 @@ in whole-team or free-text mode returns what ``Team.step`` takes in that mode in
 - baselines (no model): ``random``, ``first``, ``noop``, ``oracle`` (the world's expert, also called
   ``heuristic``: tables use the world's word, ``expert_name``);
 - the coordinator: ``trained`` (adapter merged in for speed, ``MergedPolicy``) and ``zero-shot`` (the
-  adapter switched off: the base model, ``ZeroShotPolicy``); ``CoordinatorPolicy`` is the plain one.
+  adapter switched off: the base model, ``ZeroShotPolicy``); ``CoordinatorPolicy`` is the plain one;
+  a hierarchical coordinator (``team.hierarchy``) evaluates as ``HierarchicalPolicy``.
 
 Torch loads only when a coordinator policy is built.
 """
@@ -64,10 +65,11 @@ class OraclePolicy:
         return [state.expert for state in states]
 
 
-def decision_key(state: TeamState) -> tuple[str, str, tuple[str, ...], tuple[str, ...]]:
+def decision_key(state: TeamState) -> tuple[str, str, tuple[str, ...], tuple[str, ...], str]:
     """Everything the coordinator reads of a state: ``policy.prompts`` builds the prompt from the
-    task, the state text, the history and the candidates' texts alone, so equal keys score equally."""
-    return state.task, state.state, tuple(state.history), tuple(c.text for c in state.candidates)
+    task, the state text, the history, the goal and the candidates' texts alone, so equal keys score
+    equally."""
+    return state.task, state.state, tuple(state.history), tuple(c.text for c in state.candidates), state.goal
 
 
 class CoordinatorPolicy:
@@ -95,7 +97,7 @@ class CoordinatorPolicy:
         self.coordinator, self.greedy, self.batch = coordinator, greedy, batch
         self.directives, self.max_new_tokens = directives, max_new_tokens
         self.generator = torch.Generator().manual_seed(seed)
-        self.memo: dict[tuple[str, str, tuple[str, ...], tuple[str, ...]], tuple[Any, list[float] | None]] = {}
+        self.memo: dict[tuple[Any, ...], tuple[Any, list[float] | None]] = {}
         self.scored = 0  # decisions sent to the model (the rest came from the memo)
 
     def choose(self, states: list[TeamState]) -> list[Any]:
@@ -152,6 +154,50 @@ class WholeTeamPolicy(CoordinatorPolicy):
 
     def __init__(self, coordinator: CoordinatorLike, greedy: bool = True, batch: int = 16, seed: int = 0) -> None:
         super().__init__(coordinator, greedy, batch, seed, directives="whole_team")
+
+
+def assign_goals(coordinator: CoordinatorLike, teams: Sequence[Any], schedule: Any, *, greedy: bool,
+                 generator: Any = None, keep: bool = False) -> tuple[list[int], list[TeamState], Any]:
+    """The strategic level's turn (``team.hierarchy``): every team of ``teams`` whose goal is due
+    (``schedule.due``) gets the goal its strategic adapter chooses, all scored in one call. Returns the
+    due teams' indices, their strategic states and the ``ActOutput`` (None when no goal was due)."""
+    from teamtr.hierarchy import goal_state
+    from teamtr.policy.levels import use_level
+
+    due = [k for k, team in enumerate(teams) if schedule.due(team)]
+    if not due:
+        return [], [], None
+    states = [goal_state(teams[k]) for k in due]
+    with use_level(coordinator, "strategic"):
+        out = coordinator.act(states, greedy=greedy, generator=generator, keep=keep)
+    for k, state, choice in zip(due, states, out.choices):
+        teams[k].set_goal(state.candidates[choice])
+    return due, states, out
+
+
+class HierarchicalPolicy(CoordinatorPolicy):
+    """A hierarchical coordinator (``team.hierarchy``): before each round ``plan(teams)`` lets the
+    strategic adapter set the goal of every team whose goal is due; ``choose`` is the tactical
+    adapter's, the goal in its prompt (and in its memo key). ``base``: both adapters off (zero-shot)."""
+
+    def __init__(self, coordinator: CoordinatorLike, schedule: Any, greedy: bool = True, batch: int = 16,
+                 seed: int = 0, base: bool = False) -> None:
+        super().__init__(coordinator, greedy=greedy, batch=batch, seed=seed)
+        self.schedule, self.base = schedule, base
+        self.goals_set = 0  # strategic decisions made
+
+    def _off(self) -> ContextManager[None]:
+        return self.coordinator.disable_adapter() if self.base else contextlib.nullcontext()
+
+    def plan(self, teams: Sequence[Any]) -> None:
+        with self._off():
+            due, _, _ = assign_goals(self.coordinator, teams, self.schedule, greedy=self.greedy,
+                                     generator=self.generator)
+        self.goals_set += len(due)
+
+    def _score(self, states: list[TeamState]) -> tuple[list[int], list[list[float]]]:
+        with self._off():
+            return super()._score(states)
 
 
 class MergedPolicy(CoordinatorPolicy):
@@ -212,12 +258,15 @@ def baseline(name: str, seed: int = 0) -> Policy:
 
 def build_policies(names: Sequence[str], *, seed: int = 0,
                    coordinator: CoordinatorLike | Callable[[], CoordinatorLike] | None = None,
-                   trained: bool = True, directives: str = "single", max_new_tokens: int = 48) -> dict[str, Policy]:
+                   trained: bool = True, directives: str = "single", max_new_tokens: int = 48,
+                   hierarchy: Any = None) -> dict[str, Policy]:
     """Name -> policy for each of ``names`` (``POLICIES``). ``coordinator``: the coordinator, or a
     function building it (called once, only when a coordinator policy is asked for); ``trained``:
     whether it holds trained weights (``trained`` is refused otherwise). ``seed`` seeds ``random``.
     ``directives``/``max_new_tokens``: how the coordinator policies direct (``team.directives``,
-    ``policy.max_new_tokens``; see ``CoordinatorPolicy``)."""
+    ``policy.max_new_tokens``; see ``CoordinatorPolicy``). ``hierarchy``: the config's
+    ``team.hierarchy``; when enabled, ``trained`` and ``zero-shot`` are ``HierarchicalPolicy`` (the
+    zero-shot one with both adapters off; single directives only)."""
     unknown = [n for n in names if n not in POLICIES]
     if unknown:
         raise TeamTRError(f"Unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}.")
@@ -233,7 +282,13 @@ def build_policies(names: Sequence[str], *, seed: int = 0,
         return built[0]
 
     out: dict[str, Policy] = {}
-    for name in names:
+    if hierarchy is not None and hierarchy.enabled:
+        from teamtr.hierarchy import GoalSchedule
+
+        schedule = GoalSchedule.from_config(hierarchy)
+        for name in (n for n in names if n in COORDINATOR_POLICIES):
+            out[name] = HierarchicalPolicy(model(), schedule, base=name == "zero-shot")
+    for name in (n for n in names if n not in out):
         if name == "trained":
             out[name] = MergedPolicy(model(), directives=directives, max_new_tokens=max_new_tokens)
         elif name == "zero-shot":

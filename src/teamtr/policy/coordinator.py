@@ -25,6 +25,7 @@ from torch import nn
 from teamtr.atomic import read_json, read_safetensors
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import Backbone, backbone_layers, base_model_path, load_backbone
+from teamtr.policy.levels import adapter_of, add_level, load_levels, save_levels
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
 from teamtr.policy.roles import OWN, RoleAdapters
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
@@ -311,8 +312,9 @@ class Coordinator(nn.Module):
         """LoRA parameters grouped per decoder layer, with ``lr_scale`` = decay^(layers above)."""
         n = self.scorer.num_layers
         groups: dict[int, list[nn.Parameter]] = {}
+        active = set(self.peft.active_adapters)  # a hierarchical coordinator: the active level's only
         for name, p in self.peft.named_parameters():
-            if p.requires_grad:
+            if p.requires_grad and adapter_of(name) in (active | {None}):
                 m = re.search(r"\.layers\.(\d+)\.", name)
                 groups.setdefault(int(m.group(1)) if m else n - 1, []).append(p)
         return [
@@ -426,6 +428,7 @@ class Coordinator(nn.Module):
                   str(d / "value_head.safetensors"))
         (d / "coordinator.json").write_text(json.dumps(self.settings(), indent=2))
         self._standard_adapter(d / "adapter")
+        save_levels(self, d)
 
     def _standard_adapter(self, adapter: Path) -> None:
         """Make ``adapter`` loadable by ``AutoPeftModelForCausalLM``: the real base model in its
@@ -458,6 +461,7 @@ class Coordinator(nn.Module):
         self.value_head.load_state_dict(head)
         if (d / "roles").is_dir():
             self.roles.load(d / "roles")
+        load_levels(self, d)
         self.weights_changed()
 
 
@@ -508,6 +512,10 @@ def build_coordinator(config: Any) -> Coordinator:
     m = config.model
     lora = m.lora if isinstance(m.lora, LoraSettings) else LoraSettings(**m.lora)
     backbone = load_backbone(m.backbone, device=m.device, dtype=m.dtype)
-    return Coordinator(backbone, train_layers=m.train_layers, lora=lora,
-                       normalization=config.policy.normalization, temperature=config.policy.temperature,
-                       layer_lr_decay=m.layer_lr_decay, value_grad_to_trunk=m.value_grad_to_trunk)
+    coordinator = Coordinator(backbone, train_layers=m.train_layers, lora=lora,
+                              normalization=config.policy.normalization, temperature=config.policy.temperature,
+                              layer_lr_decay=m.layer_lr_decay, value_grad_to_trunk=m.value_grad_to_trunk)
+    hierarchy = getattr(getattr(config, "team", None), "hierarchy", None)
+    if hierarchy is not None and hierarchy.enabled:
+        add_level(coordinator, "strategic")  # the tactical level is the default adapter (policy/levels.py)
+    return coordinator

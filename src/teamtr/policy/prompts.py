@@ -76,6 +76,9 @@ def user_text(decision: DecisionLike) -> str:
     """The dynamic user message: state, recent history, the question. Kept short: every token
     is paid for in every decision."""
     lines = [decision.state.strip()]
+    goal = getattr(decision, "goal", "")  # a hierarchical coordinator's phase goal (team.hierarchy)
+    if goal:
+        lines.append(f"Goal: {goal}")
     if decision.history:
         lines.append("Recent: " + "; ".join(h.strip() for h in decision.history))
     lines.append("Next directive?")

@@ -149,7 +149,9 @@ def validate_checkpoint(path: Path) -> str | None:
         extra = [f.relative_to(path).as_posix() for f in role_files(roles)] if roles.is_dir() else []
     except TeamTRError as err:
         return f"{path.name}: {str(err).replace(str(path) + '/', '')}"
-    for name in (*CHECKPOINT_FILES, *extra):
+    levels = sorted(str(f.relative_to(path)) for f in [*path.glob("coordinator/adapter/*/adapter_model.safetensors"),
+                                                       *path.glob("coordinator/value_head_*.safetensors")])
+    for name in (*CHECKPOINT_FILES, *extra, *levels):  # levels: a hierarchical run's strategic adapter and value head
         f = path / name
         try:
             read_json(f) if name.endswith(".json") else read_safetensors(f)

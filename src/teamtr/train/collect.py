@@ -16,6 +16,7 @@ from teamtr.rl import Rollout
 from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.metrics import EpisodeTracker
 from teamtr.telemetry.progress import Progress
+from teamtr.train.hierarchy import Hierarchy
 from teamtr.train.noise import perturb
 from teamtr.train.replay import SuccessReplay
 from teamtr.train.whole_team import TokenActor
@@ -84,16 +85,19 @@ class Collector:
     where successful episodes' decisions go (``train/replay.py``). ``actor``: acts in whole-team or free-text
     mode (``train/whole_team.py``, ``train/free_text.py``) instead of choosing candidates (neither noise
     nor replay apply there); the trainer sets it each iteration (a curriculum may switch modes).
-    ``judge``: an LLM-judge reward term added to each decision's reward (``rewards.judge``)."""
+    ``judge``: an LLM-judge reward term added to each decision's reward (``rewards.judge``).
+    ``hierarchy``: the strategic level (``train/hierarchy.py``): it sets the due goals before each tick
+    and collects its own rollout; this one stays the tactical level's."""
 
     def __init__(self, coordinator: CoordinatorLike, make_team: Callable[[], Team], seeds: TrainSeeds,
                  generator: torch.Generator, reference: Reference, episode_id: int = 0,
                  group_size: int = 1, noise: float = 0.0, replay: SuccessReplay | None = None,
-                 actor: TokenActor | None = None, judge: Judge | None = None) -> None:
+                 actor: TokenActor | None = None, judge: Judge | None = None,
+                 hierarchy: Hierarchy | None = None) -> None:
         self.coordinator, self.make_team, self.seeds = coordinator, make_team, seeds
         self.generator, self.reference, self.episode_id = generator, reference, episode_id
         self.group_size, self.noise, self.replay, self.actor = group_size, noise, replay, actor
-        self.judge = judge
+        self.judge, self.hierarchy = judge, hierarchy
         self.stats: dict[str, float] = {}  # counters of the last collect() for the metrics line (backends)
 
     def collect(self, episodes: int, parallel: int) -> tuple[Rollout, list[dict[str, float]], list[dict[str, Any]]]:
@@ -124,6 +128,8 @@ class Collector:
         row = m.as_dict()
         if self.noise > 0:
             row["noise_swaps"] = float(ep.swaps)
+        if self.hierarchy is not None:
+            row.update(self.hierarchy.episode_row(ep.id))
         return row
 
     def _batch(self, n: int, rollout: Rollout, progress: Progress) -> list[_Episode]:
@@ -146,6 +152,8 @@ class Collector:
     def _tick(self, batch: TeamBatch, live: list[_Episode], rollout: Rollout) -> None:
         if self.actor is not None:
             return self._tick_tokens(batch, live, rollout, self.actor)
+        if self.hierarchy is not None:
+            self.hierarchy.plan(live, self.generator)
         states = batch.states()
         out = self.coordinator.act(states, keep=True, generator=self.generator)
         ref = self.reference(states, out.logp)
@@ -153,6 +161,8 @@ class Collector:
         results = batch.step(executed)
         if self.judge is not None:  # every live team's decision judged in one scorer call
             results = self.judge.apply(results)
+        if self.hierarchy is not None:
+            self.hierarchy.after(live, results)
         boot = self._bootstrap(results)
         for k, (ep, result) in enumerate(zip(live, results)):
             self._record(rollout.append, ep, states[k], out, ref, k, result, boot[k], executed[k])
@@ -201,7 +211,7 @@ def make_collector(rollout: Any, *args: Any, recipe: Callable[[], Any], **kwargs
     if rollout.backend == "ray":
         from teamtr.train.ray_rollout import RayCollector
 
-        unsupported = [name for name in ("noise", "replay", "actor", "judge") if kwargs.get(name)]
+        unsupported = [name for name in ("noise", "replay", "actor", "judge", "hierarchy") if kwargs.get(name)]
         if unsupported:
             raise TeamTRError(f"rollout.backend = ray does not run {', '.join(unsupported)} yet (policy.noise, "
                               "algo.replay_coef, team.directives=whole_team, rewards.judge): use rollout.backend=inline.")

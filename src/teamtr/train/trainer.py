@@ -24,6 +24,7 @@ from teamtr.config import Config, directive_modes, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.envs.registry import world_class
+from teamtr.hierarchy import check_goals
 from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
@@ -41,6 +42,7 @@ from teamtr.train.collect import TrainSeeds, make_collector
 from teamtr.train.curriculum import Curriculum
 from teamtr.train.distributed import Distributed, RankSeeds, rank_seed
 from teamtr.train.interrupt import resume_hint, uninterrupted
+from teamtr.train.hierarchy import Hierarchy, updates_per_level
 from teamtr.train.judge import build_judge
 from teamtr.train.lock import RunLock
 from teamtr.train.ray_rollout import TeamRecipe
@@ -81,23 +83,16 @@ class Trainer:
         a = config.algo
         self.replay = SuccessReplay(a.replay_capacity, a.replay_alpha, config.seed) if a.replay_coef > 0 else None
         self.judge = build_judge(config, self.coordinator)
+        self.hierarchy = Hierarchy(config, self.coordinator, self._ref_logp) if config.team.hierarchy.enabled else None
         seeds = RankSeeds(self.seeds, self.dist.rank, self.dist.world_size) if self.dist.active else self.seeds
-        if self.dist.active and config.rollout.backend == "ray":
-            raise TeamTRError("rollout.backend = ray with torchrun is not supported: run ray with one learner "
-                              "process, or --set rollout.backend=inline under torchrun.")
-        if config.rollout.backend == "ray" and self.make_agent is not None:
-            raise TeamTRError("team.agents (LLM or remote role agents) run on the inline rollout backend for now: "
-                              "--set rollout.backend=inline, or leave team.agents empty (scripted agents).")
         self.actors = self._token_actors()
-        if self.actors and (self.dist.active or config.rollout.backend == "ray"):
-            raise TeamTRError(f"team.directives = {next(iter(self.actors))} (here or in a curriculum stage) runs in one "
-                              "learner process on the inline rollout backend for now: run it without torchrun and "
-                              "with rollout.backend=inline, or use team.directives=single.")
+        self._check_backends()
         self.collector = make_collector(config.rollout, self.coordinator, self.make_team, seeds,
                                         torch.Generator().manual_seed(rank_seed(config.seed, self.dist.rank, 0)),
                                         self._ref_logp, recipe=lambda: self._recipe(self.curriculum.options()),
                                         group_size=config.rollout.group_size, noise=config.policy.noise,
-                                        replay=self.replay, actor=self._actor(), judge=self.judge)
+                                        replay=self.replay, actor=self._actor(), judge=self.judge,
+                                        hierarchy=self.hierarchy)
         self.iteration, self.bc_done, self.skipped_in_a_row = 0, False, 0
         self.bc_state: dict[str, torch.Tensor] | None = None
         # The run directory is made only now, once the model loaded and every check passed; a setup
@@ -129,7 +124,10 @@ class Trainer:
         if self.config.log.wandb and importlib.util.find_spec("wandb") is None:
             raise TeamTRError("log.wandb is true but Weights & Biases is not installed: pip install 'teamtr[wandb]' "
                               "(or --set log.wandb=false).")
-        check_team(self.config, make(self.config.env.name, **self.options))
+        world = make(self.config.env.name, **self.options)
+        check_team(self.config, world)
+        if self.config.team.hierarchy.enabled:
+            check_goals(world)
         for i, stage in enumerate(self.config.curriculum.stages):
             try:
                 make(self.config.env.name, **{**self.options, **stage.env})
@@ -154,7 +152,7 @@ class Trainer:
 
     def _algo_config(self) -> AlgoConfig:
         opts = dict(self.config.algo.algo_options())
-        opts.setdefault("total_updates", max(1, self.config.train.iterations))
+        opts.setdefault("total_updates", updates_per_level(self.config))
         opts.setdefault("seed", self.config.seed)
         return AlgoConfig.from_dict(opts)
 
@@ -178,9 +176,27 @@ class Trainer:
         if self.bc_done or not self.config.bc.enabled:
             self._start_rl()
             load_algo_state(self.algo, load_state(ckpt, "algo"))
+            if self.hierarchy is not None:
+                self.hierarchy.load_state_dict(state["hierarchy"])
         if self.bc_done and self.config.algo.ref == "bc" and (self.run_dir / "bc").is_dir():
             self.bc_state = self.coordinator.read_adapter(self.run_dir / "bc")
         return self.iteration
+
+    def _check_backends(self) -> None:
+        """What runs only on the inline rollout backend or in one learner process (no torchrun)."""
+        config, dist = self.config, self.dist
+        if dist.active and config.rollout.backend == "ray":
+            raise TeamTRError("rollout.backend = ray with torchrun is not supported: run ray with one learner "
+                              "process, or --set rollout.backend=inline under torchrun.")
+        if config.rollout.backend == "ray" and self.make_agent is not None:
+            raise TeamTRError("team.agents (LLM or remote role agents) run on the inline rollout backend for now: "
+                              "--set rollout.backend=inline, or leave team.agents empty (scripted agents).")
+        if self.actors and (dist.active or config.rollout.backend == "ray"):
+            raise TeamTRError(f"team.directives = {next(iter(self.actors))} (here or in a curriculum stage) runs in one "
+                              "learner process on the inline rollout backend for now: run it without torchrun and "
+                              "with rollout.backend=inline, or use team.directives=single.")
+        if dist.active and config.team.hierarchy.enabled:
+            raise TeamTRError("team.hierarchy runs in one learner process for now; run it without torchrun.")
 
     def _warm_start(self, init: str) -> None:
         """Load ``model.init``'s adapter and value head; without behaviour cloning it is the warm start
@@ -222,6 +238,8 @@ class Trainer:
                               "ranks); run it without torchrun, or choose ppo, pg, grpo or rloo.")
         self.algo = make_algorithm(self.config.algo.name, self.coordinator.policy_param_groups(),
                                    self.coordinator.value_parameters(), self.algo_config)
+        if self.hierarchy is not None:
+            self.hierarchy.start(self.config.algo.name, self.algo_config)
         if self.replay is not None:
             if not isinstance(self.algo, PPO):
                 raise TeamTRError(f"algo.replay_coef > 0 needs a PPO-family algo.name (ppo, pg, grpo, rloo), not "
@@ -340,12 +358,13 @@ class Trainer:
 
     def evaluate(self, episodes: int, suite: str = "heldout", **overrides: Any) -> dict[str, float]:
         from teamtr.eval.evaluate import run_episodes
-        from teamtr.eval.policies import CoordinatorPolicy
+        from teamtr.eval.policies import CoordinatorPolicy, HierarchicalPolicy
         from teamtr.eval.suites import eval_options
 
         seeds = range(self.config.train.eval_seed_offset, self.config.train.eval_seed_offset + episodes)
-        policy = CoordinatorPolicy(self.coordinator, greedy=True, directives=self.config.team.directives,
-                                   max_new_tokens=self.config.policy.max_new_tokens)
+        policy = (HierarchicalPolicy(self.coordinator, self.hierarchy.schedule) if self.hierarchy is not None
+                  else CoordinatorPolicy(self.coordinator, greedy=True, directives=self.config.team.directives,
+                                         max_new_tokens=self.config.policy.max_new_tokens))
         options = eval_options(self.options, {**self.config.train.eval_env, **overrides})
         result = run_episodes(self.config.env.name, options, policy, list(seeds), rewards=self.rewards,
                               history_len=self.config.team.history_len, label=f"trained ({suite})",
@@ -403,7 +422,7 @@ class Trainer:
         t_collect = time.perf_counter() - t0
         c = self.algo_config
         rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages, estimator=self.algo.advantage_estimator)
-        metrics = self.update(rollout)
+        metrics = self.update(rollout) if self.hierarchy is None else self.hierarchy.update(self, rollout, it)
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
         line = {**ep, **metrics, **self.collector.stats, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
                 "perf/iteration_s": time.perf_counter() - t0, "perf/decisions": len(rollout)}
@@ -446,7 +465,8 @@ class Trainer:
                 {"train_seed": self.seeds.next, "episode_id": self.collector.episode_id, "bc_done": self.bc_done,
                  "generator": self.collector.generator.get_state(), "curriculum": self.curriculum.state_dict(),
                  **({"replay": self.replay.state_dict()} if self.replay is not None else {}),
-                 **({"roles_done": self.roles_done} if self.config.team.llm.role_adapters.enabled else {})},
+                 **({"roles_done": self.roles_done} if self.config.team.llm.role_adapters.enabled else {}),
+                 **({"hierarchy": self.hierarchy.state_dict()} if self.hierarchy is not None else {})},
                 keep=self.config.train.keep_checkpoints,
             )
             write_model_card(self.run_dir, path)
