@@ -25,7 +25,7 @@ from torch import nn
 from teamtr.atomic import read_json, read_safetensors
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import Backbone, backbone_layers, base_model_path, load_backbone
-from teamtr.policy.levels import adapter_of, add_level, load_levels, save_levels
+from teamtr.policy.levels import ADAPTERS, adapter_of, add_level, levels, load_levels, save_levels
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
 from teamtr.policy.roles import OWN, RoleAdapters
 from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
@@ -421,7 +421,10 @@ class Coordinator(nn.Module):
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        self.peft.save_pretrained(str(d / "adapter"), safe_serialization=True, selected_adapters=[OWN])
+        # The coordinator's own adapter and a hierarchical run's level adapters (adapter/strategic/);
+        # the role agents' adapters are written apart, under roles/.
+        own = [OWN, *(ADAPTERS[name] for name in levels(self))]
+        self.peft.save_pretrained(str(d / "adapter"), safe_serialization=True, selected_adapters=own)
         if self.roles.names:
             self.roles.save(d / "roles", base_model_path(self.backbone.name))
         save_file({k: v.detach().cpu().contiguous() for k, v in self.value_head.state_dict().items()},
