@@ -9,7 +9,8 @@ import torch
 from teamtr.core import TeamTRError
 from teamtr.policy.backbone import load_backbone
 from teamtr.policy.prompts import ChatFormat
-from teamtr.policy.scoring import CandidateScorer, EncodedDecision, double_backward_attention, pack, score_naive
+from teamtr.policy.scoring import (CandidateScorer, EncodedDecision, double_backward_attention, pack, pack_prefixed,
+                                   score_naive)
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +59,70 @@ def test_trie_shares_tokens_and_memo_matches_fresh(tiny):
         first = scorer.forward(packed).sums
         second = scorer.forward(packed).sums  # served from the memoised prefix
     assert torch.equal(first, second)
+
+
+def _mixed_prefixes(rng: random.Random, batch: int) -> tuple[list[list[int]], list[EncodedDecision]]:
+    """Decisions continuing 3 distinct prefixes of different lengths, interleaved (fresh names)."""
+    prefixes = [random_decisions(rng, 1)[0] for _ in range(3)]
+    prefixes[1] = prefixes[0] + [5, 6, 7]  # one prefix extends another: rows must not see the extra keys
+    _, decs = random_decisions(rng, batch)
+    return [prefixes[b % 3] for b in range(batch)], decs
+
+
+def test_rows_with_different_prefixes_score_as_if_alone(tiny):
+    """One packed pass over decisions that continue different prefixes (right-padded, each row
+    attending its own) equals scoring each prefix's decisions on their own, with and without
+    the memo and with gradients; equal prefixes are stored once."""
+    rng = random.Random(11)
+    prefixes, decs = _mixed_prefixes(rng, 7)
+    packed = pack_prefixed(prefixes, decs, 2048)
+    assert packed.prefix.shape[0] == 3 and packed.prefix_of.tolist() == [0, 1, 2, 0, 1, 2, 0]
+    assert packed.prefix_keys[1] == tuple(prefixes[1])
+    scorer = CandidateScorer(tiny.model)
+    with torch.no_grad():
+        alone = [scorer.forward(pack(prefixes[b], [decs[b]], 2048)) for b in range(7)]
+        scorer.invalidate()
+        cold = scorer.forward(packed)  # all three prefixes encoded in one padded pass
+        assert scorer.memoised_prefixes == 3
+        warm = scorer.forward(packed)  # all three served from the memo
+    hot = scorer.forward(packed)  # with gradients: no memo
+    for b, ref in enumerate(alone):
+        n = int(ref.mask.sum())
+        for out in (cold, warm, hot):
+            assert torch.allclose(out.sums[b, :n], ref.sums[0, :n], atol=1e-5, rtol=0)
+            assert torch.allclose(out.value_hidden[b], ref.value_hidden[0], atol=1e-5, rtol=0)
+        assert not cold.mask[b, n:].any()
+    hot.sums[cold.mask].sum().backward()
+    assert tiny.model.model.embed_tokens.weight.grad is not None
+    tiny.model.zero_grad(set_to_none=True)
+
+
+def test_mixed_prefixes_from_the_cached_trunk_equal_a_full_pass(tiny):
+    """Captured at layer 1, the rows' and prefixes' hidden states re-run through the top layers
+    give the full pass's scores, for decisions with different prefixes."""
+    rng = random.Random(12)
+    prefixes, decs = _mixed_prefixes(rng, 5)
+    packed = pack_prefixed(prefixes, decs, 2048)
+    scorer = CandidateScorer(tiny.model)
+    with torch.no_grad():
+        full = scorer.forward(packed, capture_layer=1)
+    assert full.captured_prefix.shape[:2] == packed.prefix.shape
+    top = scorer.forward(packed, start_layer=1, rows_hidden=full.captured_rows, prefix_hidden=full.captured_prefix)
+    assert torch.allclose(top.sums, full.sums, atol=1e-5, rtol=0)
+
+
+def test_prefix_memo_is_bounded_but_keeps_what_a_call_uses(tiny):
+    rng = random.Random(13)
+    scorer = CandidateScorer(tiny.model)
+    scorer._memo.capacity = 2
+    prefixes, decs = _mixed_prefixes(rng, 6)
+    with torch.no_grad():
+        first = scorer.forward(pack_prefixed(prefixes, decs, 2048))
+        assert scorer.memoised_prefixes == 3  # the call's three stay, though over capacity
+        scorer.forward(pack([9, 9, 9], decs[:1], 2048))
+        assert scorer.memoised_prefixes == 2
+        again = scorer.forward(pack_prefixed(prefixes, decs, 2048))
+    assert torch.allclose(first.sums, again.sums, atol=1e-4, rtol=0)
 
 
 def test_normalizations(tiny):

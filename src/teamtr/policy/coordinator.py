@@ -28,7 +28,7 @@ from teamtr.policy.backbone import Backbone, backbone_layers, base_model_path, l
 from teamtr.policy.levels import ADAPTERS, adapter_of, add_level, levels, load_levels, save_levels
 from teamtr.policy.prompts import ChatFormat, DecisionLike, TokenCache, candidate_texts, user_text, word_count
 from teamtr.policy.roles import OWN, RoleAdapters
-from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack
+from teamtr.policy.scoring import CandidateScorer, EncodedDecision, pack_prefixed
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
 from teamtr.rl.losses import masked_log_softmax
 
@@ -148,23 +148,20 @@ class Coordinator(nn.Module):
             out.append((pre[d], EncodedDecision(dyn[d], cands, [word_count(t) for t in ts])))
         return out
 
-    def _groups(self, prefixes: Sequence[tuple[int, ...]]) -> dict[tuple[int, ...], list[int]]:
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for i, p in enumerate(prefixes):
-            groups.setdefault(p, []).append(i)
-        return groups
-
-    def _run(self, prefix: tuple[int, ...], decs: list[EncodedDecision], capture: bool,
+    def _run(self, prefixes: Sequence[tuple[int, ...]], decs: list[EncodedDecision], capture: bool,
              hidden: list[torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, Any]:
-        packed = pack(prefix, decs, self.scorer.max_positions)
+        """One packed pass over decisions that may continue different static prefixes."""
+        packed = pack_prefixed(prefixes, decs, self.scorer.max_positions)
         kwargs: dict[str, Any] = {}
         if hidden is not None:
             B, L = packed.input_ids.shape
             rows = torch.zeros(B, L, hidden[0].shape[-1], dtype=hidden[0].dtype, device=self.backbone.device)
             for b, h in enumerate(hidden):
                 rows[b, : h.shape[0]] = h
-            kwargs = dict(start_layer=self.first_trained, rows_hidden=rows,
-                          prefix_hidden=self._prefix_hidden[prefix])
+            cached = [self._prefix_hidden[k] for k in packed.prefix_keys]  # [1, P_g, H] each
+            width = int(packed.prefix.shape[1])
+            pre = torch.cat([nn.functional.pad(h, (0, 0, 0, width - h.shape[1])) for h in cached])
+            kwargs = dict(start_layer=self.first_trained, rows_hidden=rows, prefix_hidden=pre)
         elif capture and self.first_trained > 0:
             kwargs = dict(capture_layer=self.first_trained)
         out = self.scorer.forward(packed, **kwargs)
@@ -184,28 +181,19 @@ class Coordinator(nn.Module):
             raise TeamTRError("act() got no decisions.")
         enc = self.encode(decisions)
         B = len(enc)
-        cmax = max(len(e.candidates) for _, e in enc)
-        device = self.backbone.device
-        scores = torch.full((B, cmax), float("-inf"), device=device)
-        mask = torch.zeros(B, cmax, dtype=torch.bool, device=device)
-        values = torch.zeros(B, device=device)
+        s, mask, values, (packed, out) = self._run([p for p, _ in enc], [e for _, e in enc], capture=keep)
+        scores = s.float().masked_fill(~mask, float("-inf"))
         handles = [-1] * B
-        for prefix, idx in self._groups([p for p, _ in enc]).items():
-            decs = [enc[i][1] for i in idx]
-            s, m, v, (packed, out) = self._run(prefix, decs, capture=keep)
-            rows = torch.tensor(idx, device=device)
-            scores[rows, : s.shape[1]] = s.float()
-            mask[rows, : m.shape[1]] = m
-            values[rows] = v
-            if keep:
-                if out.captured_prefix is not None:
-                    self._prefix_hidden.setdefault(prefix, out.captured_prefix.detach())
-                for j, i in enumerate(idx):
-                    h = None
-                    if out.captured_rows is not None:
-                        h = out.captured_rows[j, : int(packed.lengths[j])].detach().clone()
-                    handles[i] = len(self._store)
-                    self._store.append(_Stored(prefix, enc[i][1], h))
+        if keep:
+            if out.captured_prefix is not None:
+                for g, (key, n) in enumerate(zip(packed.prefix_keys, packed.prefix_lengths.tolist())):
+                    self._prefix_hidden.setdefault(key, out.captured_prefix[g:g + 1, :n].detach().clone())
+            for i, (prefix, dec) in enumerate(enc):
+                h = None
+                if out.captured_rows is not None:
+                    h = out.captured_rows[i, : int(packed.lengths[i])].detach().clone()
+                handles[i] = len(self._store)
+                self._store.append(_Stored(prefix, dec, h))
         logp = masked_log_softmax(scores, mask, fill=float("-inf"))
         if greedy:
             choices = logp.argmax(-1)
@@ -234,25 +222,12 @@ class Coordinator(nn.Module):
     def evaluate(self, handles: Sequence[int] | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Recompute, with gradients, candidate scores [B, Cmax] (logits before the masked softmax)
         and values [B] for stored decisions. With a cached trunk only the top layers run."""
-        hs = [int(h) for h in handles]
-        items = [self._store[h] for h in hs]
-        B = len(items)
-        cmax = max(len(it.decision.candidates) for it in items)
-        device = self.backbone.device
-        parts: list[tuple[list[int], torch.Tensor, torch.Tensor]] = []
-        for prefix, idx in self._groups([it.prefix for it in items]).items():
-            decs = [items[i].decision for i in idx]
-            cached = [items[i].rows_hidden for i in idx]
-            hidden = cached if self.first_trained > 0 and all(h is not None for h in cached) else None
-            s, _, v, _ = self._run(prefix, decs, capture=False, hidden=hidden)
-            parts.append((idx, s, v))
-        scores = torch.zeros(B, cmax, device=device)
-        values = torch.zeros(B, device=device)
-        for idx, s, v in parts:
-            rows = torch.tensor(idx, device=device)
-            scores = scores.index_put((rows,), nn.functional.pad(s.float(), (0, cmax - s.shape[1])))
-            values = values.index_put((rows,), v)
-        return scores, values
+        items = [self._store[int(h)] for h in handles]
+        cached = [it.rows_hidden for it in items]
+        hidden = cached if self.first_trained > 0 and all(h is not None for h in cached) else None
+        s, mask, values, _ = self._run([it.prefix for it in items], [it.decision for it in items],
+                                       capture=False, hidden=hidden)
+        return s.float().masked_fill(~mask, 0.0), values
 
     def stored_mask(self, handles: Sequence[int]) -> torch.Tensor:
         cmax = max(len(self._store[h].decision.candidates) for h in handles)

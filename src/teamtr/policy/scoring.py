@@ -7,7 +7,10 @@ log p(candidate tokens | prefix + dynamic), exactly, with three savings over the
 
 1. the static prefix (system text, rules) is encoded once for the whole batch; its keys and values
    are expanded over the batch inside every attention layer (and memoised between calls while the
-   weights do not change);
+   weights do not change). Decisions may continue *different* prefixes (worlds whose task text names
+   each episode's own agents and items: ``names: fresh``, a list of Overcooked layouts): the distinct
+   prefixes are encoded together, right-padded, each memoised on its own, and every row attends to its
+   own prefix's keys and values, so a batch is still one packed pass;
 2. each decision is ONE packed row: its dynamic tokens, then its candidates as a **token trie**:
    candidates that start alike ("agent_B: fetch the map" / "agent_B: fetch the key") share the nodes
    of their common prefix. A 4D attention mask lets a trie node see the prefix, the dynamic part and
@@ -29,9 +32,10 @@ caught by a test, not trusted.
 from __future__ import annotations
 
 import inspect
+from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
@@ -59,9 +63,11 @@ class PackedBatch:
     scored token each), C = total candidates, Cmax = most candidates of one decision.
     """
 
-    prefix: torch.Tensor  # [P] static prefix ids
+    prefix: torch.Tensor  # [G, Pmax] the G distinct static prefixes' ids, right-padded with 0
+    prefix_lengths: torch.Tensor  # [G] their lengths
+    prefix_of: torch.Tensor  # [B] the prefix each decision continues (index into G)
     input_ids: torch.Tensor  # [B, L]
-    positions: torch.Tensor  # [B, L] absolute position ids (prefix first)
+    positions: torch.Tensor  # [B, L] absolute position ids (after the decision's own prefix)
     row_mask: torch.Tensor  # [B, L, L] bool: query row may attend key row
     lengths: torch.Tensor  # [B] row lengths
     value_index: torch.Tensor  # [B] flat index (b*L + i) of each prompt's last token
@@ -81,6 +87,11 @@ class PackedBatch:
         return int(self.input_ids.shape[0])
 
     @property
+    def prefix_keys(self) -> list[tuple[int, ...]]:
+        """The distinct prefixes as token tuples, in the order of ``prefix``'s rows."""
+        return [tuple(row[: int(n)].tolist()) for row, n in zip(self.prefix, self.prefix_lengths)]
+
+    @property
     def tokens(self) -> int:
         """Tokens the packed pass feeds through the trunk (without the shared prefix)."""
         return int(self.lengths.sum())
@@ -96,7 +107,7 @@ class ScoreOutput:
     mask: torch.Tensor  # [B, Cmax] bool
     value_hidden: torch.Tensor  # [B, H] final-norm hidden state at each prompt's last token
     captured_rows: torch.Tensor | None = None  # [B, L, H] hidden entering capture_layer
-    captured_prefix: torch.Tensor | None = None  # [1, P, H]
+    captured_prefix: torch.Tensor | None = None  # [G, Pmax, H] (row g: its first prefix_lengths[g])
 
     def normalized(self, normalization: str) -> torch.Tensor:
         """Candidate scores: ``sum``, ``token`` (mean per token) or ``word`` (per word, TWOSOME)."""
@@ -224,13 +235,24 @@ def _candidate_counts(decisions: Sequence[EncodedDecision]) -> tuple[torch.Tenso
 
 
 def pack(prefix: Sequence[int], decisions: Sequence[EncodedDecision], max_positions: int) -> PackedBatch:
-    """Lay out B decisions as packed rows with trie-shared candidates (see the module docstring):
-    per-decision layouts, then their local indices offset into flat gather indices over the batch."""
+    """Lay out B decisions that share one static prefix (see ``pack_prefixed``)."""
+    return pack_prefixed([prefix] * len(decisions), decisions, max_positions)
+
+
+def pack_prefixed(prefixes: Sequence[Sequence[int]], decisions: Sequence[EncodedDecision],
+                  max_positions: int) -> PackedBatch:
+    """Lay out B decisions, decision b continuing static prefix ``prefixes[b]``, as packed rows with
+    trie-shared candidates (see the module docstring): per-decision layouts, then their local indices
+    offset into flat gather indices over the batch. Equal prefixes are stored (and encoded) once."""
     if not decisions:
         raise TeamTRError("pack() got no decisions; give at least one state to score.")
-    P = len(prefix)
+    if len(prefixes) != len(decisions):
+        raise TeamTRError(f"pack_prefixed() got {len(prefixes)} prefixes for {len(decisions)} decisions.")
+    distinct: dict[tuple[int, ...], int] = {}
+    prefix_of = [distinct.setdefault(tuple(p), len(distinct)) for p in prefixes]
     layouts = []
     for b, dec in enumerate(decisions):
+        P = len(prefixes[b])
         _check_decision(b, dec, P, max_positions)
         layouts.append(_layout(dec, P))
     L = max(len(lay.tokens) for lay in layouts)
@@ -253,8 +275,14 @@ def pack(prefix: Sequence[int], decisions: Sequence[EncodedDecision], max_positi
             cand_slot.append(j)
     input_ids, positions, row_mask = _row_tensors(layouts, L)
     n_tokens, n_words, cand_mask = _candidate_counts(decisions)
+    keys = list(distinct)
+    prefix = torch.zeros(len(keys), max(len(k) for k in keys), dtype=torch.long)
+    for g, k in enumerate(keys):
+        prefix[g, : len(k)] = torch.tensor(k, dtype=torch.long)
     return PackedBatch(
-        prefix=torch.tensor(list(prefix), dtype=torch.long),
+        prefix=prefix,
+        prefix_lengths=torch.tensor([len(k) for k in keys]),
+        prefix_of=torch.tensor(prefix_of),
         input_ids=input_ids,
         positions=positions,
         row_mask=row_mask,
@@ -298,22 +326,52 @@ class _RecordKV:
 
 
 class _PrefixKV:
-    """Cache stand-in for the packed rows: prepends the shared prefix's keys and values."""
+    """Cache stand-in for the packed rows: prepends each row's prefix keys and values ([G, ...]
+    prefixes; ``rows``: the prefix of each row, or None when one prefix is shared by all)."""
 
-    def __init__(self, k: torch.Tensor, v: torch.Tensor, batch: int) -> None:
-        self.k = k.expand(batch, -1, -1, -1)
-        self.v = v.expand(batch, -1, -1, -1)
+    def __init__(self, k: torch.Tensor, v: torch.Tensor, batch: int, rows: torch.Tensor | None) -> None:
+        if rows is None:
+            self.k = k.expand(batch, -1, -1, -1)
+            self.v = v.expand(batch, -1, -1, -1)
+        else:
+            self.k = k.index_select(0, rows)
+            self.v = v.index_select(0, rows)
 
     def update(self, k: torch.Tensor, v: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
         return torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
 
 
 @dataclass
+class _Encoded:
+    """One prefix through layers ``start..``: keys and values per layer ([1, heads, P, d]) and the
+    hidden state entering layer ``capture`` ([1, P, H]) when one was asked for."""
+
+    kv: list[tuple[torch.Tensor, torch.Tensor]]
+    capture: int | None = None
+    hidden: torch.Tensor | None = None
+
+
 class _PrefixMemo:
-    key: tuple[int, ...] = ()
-    start: int = -1
-    kv: list[tuple[torch.Tensor, torch.Tensor]] = field(default_factory=list)
-    hidden: dict[int, torch.Tensor] = field(default_factory=dict)
+    """Encoded prefixes between calls while the weights do not change (``invalidate`` drops them),
+    least recently used first out beyond ``capacity`` (never one the current call uses)."""
+
+    capacity = 64
+
+    def __init__(self) -> None:
+        self.entries: OrderedDict[tuple[tuple[int, ...], int], _Encoded] = OrderedDict()
+
+    def get(self, key: tuple[int, ...], start: int, capture: int | None) -> _Encoded | None:
+        entry = self.entries.get((key, start))
+        if entry is None or (capture is not None and entry.capture != capture):
+            return None
+        self.entries.move_to_end((key, start))
+        return entry
+
+    def put(self, key: tuple[int, ...], start: int, entry: _Encoded, keep: int) -> None:
+        self.entries[(key, start)] = entry
+        self.entries.move_to_end((key, start))
+        while len(self.entries) > max(self.capacity, keep):
+            self.entries.popitem(last=False)
 
 
 class CandidateScorer:
@@ -346,6 +404,11 @@ class CandidateScorer:
         """Forget memoised prefix keys/values: call after the weights change."""
         self._memo = _PrefixMemo()
 
+    @property
+    def memoised_prefixes(self) -> int:
+        """Encoded prefixes held for the next call (tests and benchmarks read it)."""
+        return len(self._memo.entries)
+
     def _layer(self, i: int, h: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, cache: Any) -> torch.Tensor:
         rope = self.base.rotary_emb(h, pos)
         out = self.layers[i](
@@ -370,29 +433,61 @@ class CandidateScorer:
         zero = torch.zeros((), dtype=dtype, device=allowed.device)
         return torch.where(allowed, zero, torch.finfo(dtype).min)[:, None]
 
-    def _prefix(self, prefix: torch.Tensor, start: int, prefix_hidden: torch.Tensor | None,
-                capture: int | None) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], dict[int, torch.Tensor]]:
-        """Run the shared prefix through layers start.. (memoised when no gradient is needed)."""
-        key = tuple(prefix.tolist())
-        use_memo = not torch.is_grad_enabled()
-        if use_memo and self._memo.key == key and self._memo.start == start and (
-            capture is None or capture in self._memo.hidden
-        ):
-            return self._memo.kv, self._memo.hidden
+    def _encode_prefixes(self, ids: torch.Tensor, lengths: torch.Tensor, start: int,
+                         prefix_hidden: torch.Tensor | None,
+                         capture: int | None) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+        """Run G right-padded prefixes ([G, Pmax] ids, or the hidden states entering ``start``)
+        through layers start..: keys/values per layer [G, heads, Pmax, d], hidden entering ``capture``."""
         device = self.lm_head.weight.device
-        P = prefix.numel()
-        pos = torch.arange(P, device=device)[None]
-        h = self.base.embed_tokens(prefix.to(device)[None]) if prefix_hidden is None else prefix_hidden
-        causal = torch.ones(P, P, dtype=torch.bool, device=device).tril()[None]
-        mask = self._additive(causal, h.dtype)
-        kv, hidden = [], {}
+        G, P = ids.shape
+        pos = torch.arange(P, device=device)[None].expand(G, -1)
+        h = self.base.embed_tokens(ids.to(device)) if prefix_hidden is None else prefix_hidden
+        allowed = torch.ones(P, P, dtype=torch.bool, device=device).tril()[None].expand(G, -1, -1)
+        if G > 1 or int(lengths.min()) < P:  # padded keys are never attended
+            allowed = allowed & (torch.arange(P, device=device)[None] < lengths.to(device)[:, None])[:, None, :]
+        mask = self._additive(allowed, h.dtype)
+        kv, captured = [], None
         for i in range(start, self.num_layers):
-            hidden[i] = h
+            if i == capture:
+                captured = h
             rec = _RecordKV()
             h = self._layer(i, h, mask, pos, rec)
             kv.append((rec.k, rec.v))
-        if use_memo:
-            self._memo = _PrefixMemo(key, start, kv, hidden)
+        return kv, captured
+
+    def _prefix(self, packed: PackedBatch, start: int, prefix_hidden: torch.Tensor | None,
+                capture: int | None) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor | None]:
+        """The batch's prefixes through layers start.., padded to [G, ...] (see ``_encode_prefixes``);
+        without a gradient each prefix is memoised on its own, so only prefixes not seen since the
+        weights last changed are encoded, together in one pass."""
+        if torch.is_grad_enabled():
+            return self._encode_prefixes(packed.prefix, packed.prefix_lengths, start, prefix_hidden, capture)
+        keys = packed.prefix_keys
+        found = [self._memo.get(k, start, capture) for k in keys]
+        missing = [g for g, e in enumerate(found) if e is None]
+        if missing:
+            rows = torch.tensor(missing)
+            lengths = packed.prefix_lengths[rows]
+            width = int(lengths.max())
+            given = None if prefix_hidden is None else prefix_hidden[rows.to(prefix_hidden.device), :width]
+            kv, captured = self._encode_prefixes(packed.prefix[rows, :width], lengths, start, given, capture)
+            for j, g in enumerate(missing):
+                n = int(lengths[j])
+                found[g] = _Encoded([(k[j:j + 1, :, :n], v[j:j + 1, :, :n]) for k, v in kv], capture,
+                                    None if captured is None else captured[j:j + 1, :n])
+                self._memo.put(keys[g], start, found[g], keep=len(keys))
+        entries = [e for e in found if e is not None]
+        if len(entries) == 1:
+            return entries[0].kv, entries[0].hidden
+        width = int(packed.prefix.shape[1])
+
+        def padded(parts: list[torch.Tensor], dim: int) -> torch.Tensor:
+            return torch.cat([nn.functional.pad(x, (0, 0) * (x.dim() - 1 - dim) + (0, width - x.shape[dim]))
+                              for x in parts])
+
+        kv = [(padded([e.kv[n][0] for e in entries], 2), padded([e.kv[n][1] for e in entries], 2))
+              for n in range(len(entries[0].kv))]
+        hidden = padded([e.hidden for e in entries], 1) if capture is not None else None  # type: ignore[misc]
         return kv, hidden
 
     def forward(
@@ -404,17 +499,19 @@ class CandidateScorer:
         prefix_hidden: torch.Tensor | None = None,
         capture_layer: int | None = None,
     ) -> ScoreOutput:
-        """Score a packed batch. With ``rows_hidden`` [B, L, H] and ``prefix_hidden`` [1, P, H]
+        """Score a packed batch. With ``rows_hidden`` [B, L, H] and ``prefix_hidden`` [G, Pmax, H]
         (the hidden states entering ``start_layer``), only layers ``start_layer..`` run."""
         device = self.lm_head.weight.device
         B, L = packed.input_ids.shape
         if start_layer and (rows_hidden is None or prefix_hidden is None):
             raise TeamTRError("start_layer > 0 needs the cached rows_hidden and prefix_hidden.")
-        kv, pre_hidden = self._prefix(packed.prefix, start_layer, prefix_hidden, capture_layer)
-        P = packed.prefix.numel()
+        kv, pre_hidden = self._prefix(packed, start_layer, prefix_hidden, capture_layer)
+        G, P = packed.prefix.shape
+        rows = None if G == 1 else packed.prefix_of.to(device)
         h = self.base.embed_tokens(packed.input_ids.to(device)) if rows_hidden is None else rows_hidden
+        seen = (torch.arange(P)[None] < packed.prefix_lengths[:, None])[packed.prefix_of]  # [B, P]
         allowed = torch.cat(
-            [torch.ones(B, L, P, dtype=torch.bool), packed.row_mask], dim=2
+            [seen[:, None, :].expand(B, L, P), packed.row_mask], dim=2
         ).to(device)
         mask = self._additive(allowed, h.dtype)
         pos = packed.positions.to(device)
@@ -422,7 +519,7 @@ class CandidateScorer:
         for n, i in enumerate(range(start_layer, self.num_layers)):
             if i == capture_layer:
                 captured = h
-            h = self._layer(i, h, mask, pos, _PrefixKV(kv[n][0], kv[n][1], B))
+            h = self._layer(i, h, mask, pos, _PrefixKV(kv[n][0], kv[n][1], B, rows))
         flat = self.base.norm(h).reshape(B * L, -1)
         value_hidden = flat[packed.value_index.to(device)]
         logits = self._logits(flat[packed.pred_index.to(device)])
@@ -442,7 +539,7 @@ class CandidateScorer:
             mask=packed.cand_mask.to(device),
             value_hidden=value_hidden,
             captured_rows=captured,
-            captured_prefix=pre_hidden.get(capture_layer) if capture_layer is not None else None,
+            captured_prefix=pre_hidden if capture_layer is not None else None,
         )
 
 
