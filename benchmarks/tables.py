@@ -105,8 +105,8 @@ def agents(files: list[str]) -> str:
     out = []
     for f in files:
         d = _load(f)
-        out.append(f"`{d['command']}`: {d['env']} ({_options(d['options'])}), {d['episodes']} held-out seeds "
-                   f"from {d['seed']:,} (`{f}`)\n")
+        out.append(f"`{d['command']}`: {d['env']} ({_options(d['options'])}), world seeds "
+                   f"{d['seed']:,}-{d['seed'] + d['episodes'] - 1:,} (`{f}`)\n")
         out.append("| coordinator + role agents | " + " | ".join(label for _, label in AGENT_COLUMNS) + " |")
         out.append("|---" * (len(AGENT_COLUMNS) + 1) + "|")
         for name, row in d["rows"].items():
