@@ -103,6 +103,39 @@ def test_ppo_early_stop_checks_each_minibatch_before_its_step() -> None:
     assert pg.update(q.evaluate, q.rollout)["optim/epochs_run"] == 4.0  # pg has no early stop
 
 
+@pytest.mark.parametrize("name", ["ppo", "pg", "grpo"])
+def test_micro_batches_take_the_same_steps_as_whole_minibatches(name: str) -> None:
+    """Gradient accumulation over chunks of 7 (32-decision minibatches: chunks of 7, 7, 6, 6, 6)
+    gives the parameters and metrics of one pass per minibatch, early stop included."""
+    for lr, target_kl in ((0.05, 10.0), (0.5, 1e-3)):
+        runs = []
+        for micro in (None, 7):
+            p = make_problem(seed=3)
+            algo = _algo(name, p, lr=lr, target_kl=target_kl, micro_batch_size=micro)
+            if name == "grpo":  # four episodes per world seed
+                f = {k: getattr(p.rollout, k) for k in ("logp", "ref_logp", "mask", "actions", "values",
+                                                        "rewards", "terminated", "truncated", "episode_id",
+                                                        "handles")}
+                p.rollout = Rollout.from_tensors(**f, group_id=torch.arange(100) % 25)
+                p.rollout.compute_advantages(0.99, 0.95, normalize=False, estimator="group")
+            metrics = algo.update(p.evaluate, p.rollout)
+            runs.append((p, metrics))
+        (whole, m1), (chunked, m2) = runs
+        assert max(n for n, _ in chunked.calls) <= 7 < max(n for n, _ in whole.calls)
+        assert torch.allclose(chunked.theta, whole.theta, atol=1e-6, rtol=0)
+        assert torch.allclose(chunked.vtable, whole.vtable, atol=1e-6, rtol=0)
+        assert m2["optim/epochs_run"] == m1["optim/epochs_run"]
+        for key in ("policy/kl_old_new", "policy/entropy", "policy/clip_frac", "policy/ratio_max",
+                    "value/loss", "optim/grad_norm", "value/explained_variance"):
+            assert m2[key] == pytest.approx(m1[key], abs=1e-5), key
+    assert (m1["optim/epochs_run"] < 4.0) == (name != "pg")  # the second setting stopped (pg never stops)
+
+
+def test_micro_batch_size_is_checked() -> None:
+    with pytest.raises(RLInputError, match="micro_batch_size"):
+        AlgoConfig(micro_batch_size=0)
+
+
 def test_non_finite_loss_skips_the_step_and_leaves_parameters() -> None:
     p = make_problem()
     p.poison = True

@@ -432,6 +432,20 @@ def _check_modes(config: Config) -> None:
                           "adapter, but bc.enabled is false: set bc.enabled=true, or algo.ref=base.")
 
 
+def _check_micro_batches(config: Config) -> None:
+    """``algo.micro_batch_size`` splits the gradient pass of the candidate-level PPO family only."""
+    if config.algo.micro_batch_size is None:
+        return
+    token = [m for m in directive_modes(config) if m != "single"]
+    where = (f"team.directives={token[0]} (token-level PPO)" if token
+             else "algo.name=trpo (its Fisher products use algo.fisher_batch_size)" if config.algo.name == "trpo"
+             else None)
+    if where:
+        raise TeamTRError(f"Bad config: algo.micro_batch_size={config.algo.micro_batch_size} splits the "
+                          f"gradient pass of ppo, pg, grpo and rloo on candidates; {where} does not use it: "
+                          "remove it (lower algo.minibatch_size to save memory there).")
+
+
 def _check_hierarchy(config: Config) -> None:
     """The settings ``team.hierarchy.enabled`` runs with (each refusal names the key and the fix)."""
     if not config.team.hierarchy.enabled:
@@ -459,6 +473,7 @@ def validate(tree: dict[str, Any]) -> Config:
         raise TeamTRError(_explain(err)) from None
     _check_groups(config)
     _check_modes(config)
+    _check_micro_batches(config)
     _check_hierarchy(config)
     # Validate the algorithm's own keys now, not at the first update.
     try:

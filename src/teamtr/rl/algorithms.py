@@ -27,7 +27,8 @@ from torch import Tensor
 
 from teamtr.rl.errors import RLInputError
 from teamtr.rl.kl import make_kl_controller
-from teamtr.rl.losses import PolicyTerms, clipped_value_loss, explained_variance, masked_log_softmax, policy_terms
+from teamtr.rl.losses import (PolicyTerms, clipped_value_loss, explained_variance, masked_log_softmax, merge_terms,
+                             policy_terms)
 from teamtr.rl.rollout import Minibatch, Rollout
 from teamtr.rl.schedules import linear_decay, warmup_cosine
 from teamtr.rl.settings import AlgoConfig
@@ -219,6 +220,10 @@ class PPO(Algorithm):
         at the first minibatch whose KL(old || new) exceeds ``kl_limit``, before stepping on it."""
         c, log = self.config, EpochLog()
         for mb in batches:
+            if c.micro_batch_size is not None and len(mb) > c.micro_batch_size:
+                if not self._accumulated_step(evaluate, mb, ent_coef, kl_coef, kl_limit, log):
+                    break
+                continue
             scores, values, mb = self._evaluate(evaluate, mb)
             t = policy_terms(masked_log_softmax(scores, mb.mask), mb.logp, mb.ref_logp,
                              mb.mask, mb.actions, mb.advantages,
@@ -240,6 +245,53 @@ class PPO(Algorithm):
             log.rows.append({**step_row(t, v_loss, norms), **aux_log})
         return log
 
+    def _accumulated_step(self, evaluate: Evaluate, mb: Minibatch, ent_coef: float, kl_coef: float,
+                          kl_limit: float, log: EpochLog) -> bool:
+        """``_epoch``'s step on ``mb`` in chunks of ``micro_batch_size`` decisions: each chunk's loss,
+        weighted by its share of the minibatch, is backpropagated before the next chunk is evaluated,
+        so the gradient is the whole minibatch's and the memory one chunk's. The KL early stop reads
+        the whole minibatch's KL(old || new), known only after the last chunk: past the limit, the
+        accumulated gradient is dropped and no step is taken (as without chunks). False: stop."""
+        c = self.config
+        vf_coef = c.vf_coef if self.advantage_estimator == "gae" else 0.0
+        self.optimizer.zero_grad(set_to_none=True)
+        parts: list[tuple[float, PolicyTerms, Tensor]] = []
+        values, returns, finite = [], [], True
+        for chunk in mb.split(c.micro_batch_size or len(mb)):
+            scores, v, chunk = self._evaluate(evaluate, chunk)
+            t = policy_terms(masked_log_softmax(scores, chunk.mask), chunk.logp, chunk.ref_logp, chunk.mask,
+                             chunk.actions, chunk.advantages, clip_eps=c.clip_eps if self.clip else None,
+                             ent_coef=ent_coef, kl_coef=kl_coef, report_clip_eps=c.clip_eps)
+            v_loss = clipped_value_loss(v, chunk.values, chunk.returns, c.value_clip if self.clip else None)
+            weight = len(chunk) / len(mb)
+            loss = (-t.objective + vf_coef * v_loss) * weight
+            finite = finite and bool(torch.isfinite(loss))
+            if finite:
+                loss.backward()
+            parts.append((weight, t, v_loss.detach()))
+            values.append(v.detach())
+            returns.append(chunk.returns)
+        t = merge_terms([(w, pt) for w, pt, _ in parts])
+        if float(t.kl_old_new) > kl_limit:  # out of the trust region already: no step
+            self.optimizer.zero_grad(set_to_none=True)
+            log.stopped = True
+            return False
+        aux, aux_log = self.auxiliary() if self.auxiliary is not None else (torch.zeros(()), {})
+        norms = None
+        if finite and torch.isfinite(aux):
+            if aux.requires_grad:
+                aux.backward()
+            norms = self._clip_and_step()
+        if norms is None:
+            self.optimizer.zero_grad(set_to_none=True)
+            log.skipped += 1
+            return True
+        v_loss = sum(w * vl for w, _, vl in parts)
+        log.values.append(torch.cat(values))
+        log.returns.append(torch.cat(returns))
+        log.rows.append({**step_row(t, v_loss, norms), **aux_log})  # type: ignore[arg-type]
+        return True
+
     def _step(self, loss: Tensor) -> tuple[Tensor, Tensor] | None:
         """One optimiser step on ``loss``: the policy's and the value head's gradient norms (before
         clipping), or None (no step) when the loss or a gradient is not finite."""
@@ -247,6 +299,11 @@ class PPO(Algorithm):
         if not torch.isfinite(loss):
             return None
         loss.backward()
+        return self._clip_and_step()
+
+    def _clip_and_step(self) -> tuple[Tensor, Tensor] | None:
+        """Clip the accumulated gradients and step: their norms before clipping, or None (gradients
+        dropped, no step) when one is not finite."""
         max_norm = self.config.max_grad_norm if self.config.max_grad_norm is not None else math.inf
         # Clipped apart: a fresh value head's large gradient must not shrink the policy's.
         grad_norm = torch.nn.utils.clip_grad_norm_(self.policy_tensors, max_norm)

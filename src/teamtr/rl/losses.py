@@ -9,6 +9,7 @@ never change a result: every function below reads them through the mask only.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -194,6 +195,23 @@ def policy_terms(
         clip_frac=clip_frac,
         ratio_min=ratio.detach().min(),
         ratio_max=ratio.detach().max(),
+    )
+
+
+def merge_terms(parts: Sequence[tuple[float, PolicyTerms]]) -> PolicyTerms:
+    """The terms of a batch from those of its chunks, each with its share of the batch (weights
+    summing to 1): weighted means of the means, the extremes of the ratio's extremes. Detached."""
+    if not parts:
+        raise RLInputError("merge_terms() got no chunks.")
+
+    def mean(name: str) -> Tensor:
+        return sum(w * getattr(t, name).detach() for w, t in parts)  # type: ignore[return-value]
+
+    return PolicyTerms(
+        objective=mean("objective"), surrogate=mean("surrogate"), entropy=mean("entropy"),
+        kl_ref_new=mean("kl_ref_new"), kl_old_new=mean("kl_old_new"), clip_frac=mean("clip_frac"),
+        ratio_min=torch.stack([t.ratio_min for _, t in parts]).min(),
+        ratio_max=torch.stack([t.ratio_max for _, t in parts]).max(),
     )
 
 

@@ -71,6 +71,20 @@ class Minibatch:
     def __len__(self) -> int:
         return int(self.index.shape[0])
 
+    def split(self, size: int) -> list[Minibatch]:
+        """Consecutive chunks of at most ``size`` decisions (near-equal sizes), each cut to its own
+        widest row, as ``Rollout.subset`` cuts a minibatch."""
+        if size < 1:
+            raise RLInputError(f"micro-batch size = {size!r} is out of range; allowed: >= 1.")
+        out = []
+        for rows in torch.tensor_split(torch.arange(len(self)), -(-len(self) // size)):
+            mask = self.mask[rows]
+            width = int(mask.any(dim=0).nonzero().max()) + 1
+            out.append(Minibatch(**{f.name: getattr(self, f.name)[rows][:, :width]
+                                    if f.name in ("logp", "ref_logp", "mask") else getattr(self, f.name)[rows]
+                                    for f in fields(self)}))
+        return out
+
     def to(self, device: torch.device | str) -> Minibatch:
         """The same minibatch with every tensor on ``device`` (itself if already there)."""
         if self.mask.device == torch.device(device):

@@ -72,7 +72,12 @@ class AlgoConfig:
     gamma: float = knob(0.99, "[0, 1]", "discount; >= 0.99 for tasks over 100 steps")
     lam: float = knob(0.95, "[0, 1]", "GAE lambda; 0.97-0.98 for sparse rewards")
     epochs: int = knob(4, "[1, inf)", "passes over each rollout (PPO/PG); 4-8 is safe")
-    minibatch_size: int = knob(64, "[1, inf)", "decisions per evaluate call")
+    minibatch_size: int = knob(64, "[1, inf)", "decisions per optimiser step (PPO/PG/GRPO/RLOO), per "
+                               "evaluate call (TRPO)")
+    # Gradient accumulation: the same step as one pass over the minibatch, the memory of a chunk.
+    micro_batch_size: int | None = knob(None, "[1, inf)", "decisions per gradient pass within a "
+                                        "minibatch (PPO/PG/GRPO/RLOO): the same step in chunks, "
+                                        "less memory; None = the whole minibatch at once")
     lr: float = knob(3e-5, "(0, inf)", "peak policy LR (LoRA); full fine-tuning wants 1e-6..1e-5")
     min_lr_ratio: float = knob(0.0, "[0, 1]", "cosine decays to lr * min_lr_ratio")
     warmup_updates: int = knob(10, "[0, inf)", "linear LR warmup, in updates")
