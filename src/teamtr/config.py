@@ -434,14 +434,15 @@ def _check_modes(config: Config) -> None:
 
 def _check_micro_batches(config: Config) -> None:
     """``algo.micro_batch_size`` splits the gradient pass of the candidate-level PPO family only."""
-    if config.algo.micro_batch_size is None:
+    micro = config.algo.algo_options().get("micro_batch_size")
+    if micro is None:
         return
     token = [m for m in directive_modes(config) if m != "single"]
     where = (f"team.directives={token[0]} (token-level PPO)" if token
              else "algo.name=trpo (its Fisher products use algo.fisher_batch_size)" if config.algo.name == "trpo"
              else None)
     if where:
-        raise TeamTRError(f"Bad config: algo.micro_batch_size={config.algo.micro_batch_size} splits the "
+        raise TeamTRError(f"Bad config: algo.micro_batch_size={micro} splits the "
                           f"gradient pass of ppo, pg, grpo and rloo on candidates; {where} does not use it: "
                           "remove it (lower algo.minibatch_size to save memory there).")
 
