@@ -58,6 +58,10 @@ def main() -> int:
           f"{cfg.demos} demos and {cfg.heldout} held-out views per role, {cfg.epochs} epochs, lr {cfg.lr}; "
           f"{seconds:.0f} s; {machine_line()}")
     print(table(["role", "agreement untuned", "agreement tuned"], rows))
+    actions = sorted(k.split("agreement_after/", 1)[1] for k in summary
+                     if k.startswith("roles/agreement_after/") and "/" in k.split("agreement_after/", 1)[1])
+    print(table(["role/scripted action", "agreement untuned", "agreement tuned"],
+                [[a, summary[f"roles/agreement_before/{a}"], summary[f"roles/agreement_after/{a}"]] for a in actions]))
     if cfg.eval_episodes:
         print(f"oracle coordinator, {cfg.eval_episodes} held-out episodes: success with untuned LLM agents "
               f"{summary['roles/oracle_success_untuned']:.3f}, with tuned {summary['roles/oracle_success_tuned']:.3f}")

@@ -147,7 +147,15 @@ def test_tuning_moves_only_the_role_adapters_and_raises_agreement():
     assert all(p.grad is None for g in coord.policy_param_groups() for p in g["params"])
     moved = role_state(coord)
     assert all(not torch.equal(moved[k], v) for k, v in roles.items() if ".lora_B." in k)
-    assert sum(after.values()) / 4 > sum(before.values()) / 4 + 0.15, (before, after)
+    mean = lambda a: sum(roles_mod._roles_only(a).values()) / 4  # noqa: E731
+    assert mean(after) > mean(before) + 0.15, (before, after)
+    for role in ("architect", "engineer", "product manager", "qa"):  # per kind of scripted action too
+        verbs = {d.options[d.label].split(" ", 1)[0] for d in heldout if d.role == role}
+        shares = {v: sum(d.role == role and d.options[d.label].startswith(v + " ") or d.role == role
+                         and d.options[d.label] == v for d in heldout) for v in verbs}
+        assert set(k for k in after if k.startswith(role + "/")) == {f"{role}/{v}" for v in verbs}
+        total = sum(shares.values())
+        assert sum(after[f"{role}/{v}"] * n for v, n in shares.items()) / total == pytest.approx(after[role])
     # and the other way: the coordinator's behaviour cloning leaves the role adapters as they are
     coord_demos = bc_mod.expert_demos(lambda: Team(make("software-team", deadline=10)), 8, seed=0)
     bc_mod.behaviour_clone(coord, coord_demos, epochs=1, batch_size=4, lr=0.01)

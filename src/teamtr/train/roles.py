@@ -115,7 +115,9 @@ def collect(config: Config, per_role: int, seed: int, what: str = "role demos",
 def agreement(coordinator: CoordinatorLike, demos: Sequence[RoleDemo], tuned: bool,
               batch_size: int = 32) -> dict[str, float]:
     """Per role, the share of ``demos`` where the LLM agent's greedy action is the scripted one:
-    with its role adapter (``tuned``) or with the base model (untuned)."""
+    with its role adapter (``tuned``) or with the base model (untuned); and per role and kind of
+    scripted action (its first word: ``agent/move``, ``agent/drop``...), so a mean that hides one
+    action the agents never get right shows it."""
     from teamtr.policy.choices import ChoiceScorer
 
     score = ChoiceScorer.of_coordinator(coordinator)
@@ -124,7 +126,10 @@ def agreement(coordinator: CoordinatorLike, demos: Sequence[RoleDemo], tuned: bo
         chunk = list(demos[s : s + batch_size])
         rows = score([d if tuned else replace(d, role=None) for d in chunk])
         for d, row in zip(chunk, rows):
-            hits.setdefault(str(d.role), []).append(int(max(range(len(row)), key=row.__getitem__) == d.label))
+            hit = int(max(range(len(row)), key=row.__getitem__) == d.label)
+            verb = d.options[d.label].split(" ", 1)[0]
+            for key in (str(d.role), f"{d.role}/{verb}"):
+                hits.setdefault(key, []).append(hit)
     return {role: sum(h) / len(h) for role, h in sorted(hits.items())}
 
 
@@ -197,7 +202,8 @@ def run_stage(config: Config, coordinator: CoordinatorLike,
     success_before = team_success(config, coordinator, False, cfg.eval_episodes) if cfg.eval_episodes else None
     last = tune(coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr, seed=config.seed, log=log)
     after = agreement(coordinator, heldout, tuned=True)
-    summary: dict[str, float] = {**last, "roles/agreement_before": _mean(before), "roles/agreement_after": _mean(after),
+    summary: dict[str, float] = {**last, "roles/agreement_before": _mean(_roles_only(before)),
+                                 "roles/agreement_after": _mean(_roles_only(after)),
                                  **{f"roles/agreement_before/{tag(r)}": v for r, v in before.items()},
                                  **{f"roles/agreement_after/{tag(r)}": v for r, v in after.items()},
                                  "roles/demos": len(demos), "roles/heldout": len(heldout)}
@@ -207,6 +213,11 @@ def run_stage(config: Config, coordinator: CoordinatorLike,
     if log is not None:
         log(int(last.get("roles/step", 0)), summary)
     return summary
+
+
+def _roles_only(agreements: dict[str, float]) -> dict[str, float]:
+    """``agreement``'s per-role entries, without the per-action ones."""
+    return {k: v for k, v in agreements.items() if "/" not in k}
 
 
 def _mean(values: dict[str, float]) -> float:
