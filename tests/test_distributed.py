@@ -116,6 +116,12 @@ def test_resume_under_another_process_count(tmp_path):
     assert any(not torch.equal(a, b) for a, b in zip(r0, after_two))  # and iteration 3 trained
 
 
+def test_micro_batches_are_refused_under_torchrun(tmp_path):
+    """Every backward pass ends in an all-reduce there, so accumulated chunks would be summed twice."""
+    with pytest.raises(TeamTRError, match="algo.micro_batch_size runs in one learner process"):
+        Trainer(_config(tmp_path / "r", "algo.micro_batch_size=4"), dist=Distributed(0, 2))
+
+
 def test_merged_rollouts_keep_episodes_apart_and_ranks_draw_disjoint_seeds():
     def part(ids):
         n = len(ids)

@@ -197,6 +197,11 @@ class Trainer:
                               "with rollout.backend=inline, or use team.directives=single.")
         if dist.active and config.team.hierarchy.enabled:
             raise TeamTRError("team.hierarchy runs in one learner process for now; run it without torchrun.")
+        if dist.active and config.algo.algo_options().get("micro_batch_size") is not None:
+            # torchrun all-reduces the gradients after every backward pass; chunks would be summed again
+            raise TeamTRError("algo.micro_batch_size runs in one learner process for now: under torchrun each "
+                              "rank's minibatch is already a share of the global one; remove it, or lower "
+                              "algo.minibatch_size.")
 
     def _warm_start(self, init: str) -> None:
         """Load ``model.init``'s adapter and value head; without behaviour cloning it is the warm start
