@@ -93,13 +93,16 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
     out = captured.err  # progress goes to stderr; stdout keeps the results
     assert "held-out seeds from" in captured.out and "rollout" not in captured.out
     for phase in ("model load tiny-random ...", "demo collection 16/16 decisions", "held-out demos 64/64 decisions",
-                  "behaviour cloning 2/2 steps  loss ", "rollout 4/4 episodes", " minibatch steps",
+                  "behaviour cloning 2/2 steps  loss ", "rollout 4/4 episodes", "update ",
                   "eval trained (heldout) 2/2 episodes", "eval at iteration 1: success ", "iteration 1/1  success ",
                   "eval random 2/2", "eval oracle 2/2"):
         assert phase in out, phase
     # the final table's coordinator rows (named by class until evaluate_table passes its labels)
     assert re.search(r"eval (merged|trained) 2/2 episodes", out) and re.search(r"eval zero-?shot 1/1 episodes", out)
     assert out.index("behaviour cloning") < out.index("rollout 4/4") < out.index("iteration 1/1")
+    # the update counts decisions (a minibatch's, or its micro-batches' together): every epoch all of them
+    done, total = map(int, re.search(r"update (\d+)/(\d+) decisions", out).groups())
+    assert total % 4 == 0 and 0 < done <= total
     assert main(["eval", "--policy", "random", "first", "--episodes", "3", "--set", "env.max_steps=6"]) == 0
     captured = capsys.readouterr()
     assert "eval random 3/3 episodes" in captured.err and "eval first 3/3 episodes" in captured.err

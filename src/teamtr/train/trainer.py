@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import json
-import math
 import sys
 import time
 from pathlib import Path
@@ -335,16 +334,17 @@ class Trainer:
         """One algorithm update on ``rollout``; the coordinator's memos and stored decisions go after it."""
         assert self.algo is not None, "update() before the algorithm was built"
         c = self.algo_config
-        # PPO and PG evaluate each minibatch once per epoch; TRPO's line search makes its count open.
-        steps = c.epochs * math.ceil(len(rollout) / c.minibatch_size) if isinstance(self.algo, PPO) else None
-        progress = Progress("update", steps, unit="minibatch steps", lines=1)
+        # PPO and PG evaluate every decision once per epoch (a minibatch at once, or in micro-batches);
+        # TRPO's line search makes its count open.
+        steps = c.epochs * len(rollout) if isinstance(self.algo, PPO) else None
+        progress = Progress("update", steps, unit="decisions", lines=1)
 
         trainable = [*self.algo.policy_tensors, *self.algo.value_tensors]
         scored = self.dist.sharded_evaluate(self.coordinator.evaluate, trainable)
 
         def evaluate(mb: Any) -> tuple[torch.Tensor, torch.Tensor]:
             out = scored(mb)
-            progress.advance()
+            progress.advance(len(mb))
             return out
 
         twice = double_backward_attention() if self.algo.needs_double_backward else contextlib.nullcontext()
