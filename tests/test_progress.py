@@ -87,7 +87,7 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
     cfg.write_text("{}\n")
     sets = [*TINY, "bc.enabled=true", "bc.demos=16", "bc.epochs=1", "bc.batch_size=8", "train.eval_every=1",
             "train.eval_episodes=2", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=1",
-            f"run_dir={tmp_path / 'run'}"]
+            "algo.target_kl=1000", "algo.micro_batch_size=3", f"run_dir={tmp_path / 'run'}"]
     assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
     captured = capsys.readouterr()
     out = captured.err  # progress goes to stderr; stdout keeps the results
@@ -100,9 +100,10 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
     # the final table's coordinator rows (named by class until evaluate_table passes its labels)
     assert re.search(r"eval (merged|trained) 2/2 episodes", out) and re.search(r"eval zero-?shot 1/1 episodes", out)
     assert out.index("behaviour cloning") < out.index("rollout 4/4") < out.index("iteration 1/1")
-    # the update counts decisions (a minibatch's, or its micro-batches' together): every epoch all of them
+    # the update counts decisions, a minibatch's micro-batches together: both epochs, every decision
+    decisions = int(re.search(r"rollout 4/4 episodes\s+(\d+) decisions", out).group(1))
     done, total = map(int, re.search(r"update (\d+)/(\d+) decisions", out).groups())
-    assert total % 4 == 0 and 0 < done <= total
+    assert done == total == 2 * decisions
     assert main(["eval", "--policy", "random", "first", "--episodes", "3", "--set", "env.max_steps=6"]) == 0
     captured = capsys.readouterr()
     assert "eval random 3/3 episodes" in captured.err and "eval first 3/3 episodes" in captured.err
