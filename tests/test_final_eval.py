@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from teamtr.eval.evaluate import run_episodes
-from teamtr.eval.policies import CoordinatorPolicy, ZeroShotPolicy, decision_key, expert_name
+from teamtr.eval.policies import ClonedPolicy, CoordinatorPolicy, ZeroShotPolicy, decision_key, expert_name
 from teamtr.eval.suites import evaluate_table, table_columns
 from teamtr.policy.backbone import load_backbone
 from teamtr.policy.coordinator import Coordinator
@@ -72,6 +72,24 @@ def test_zero_shot_session_equals_adapter_off_per_call(coordinator):
     assert probs(in_session) == pytest.approx(probs(per_call), abs=1e-6)
     # the adapter moves the probabilities, so the equality above says the session switched it off
     assert max(abs(a - b) for a, b in zip(probs(in_session), probs(adapter_on))) > 1e-3
+
+
+def test_cloned_session_scores_with_the_other_adapter_and_gives_the_own_back(coordinator):
+    """The end-of-run table's bc row: inside its session the coordinator acts as the snapshot's weights
+    (equal to a coordinator holding them, merged or not, to 1e-5), and afterwards as itself again."""
+    own = coordinator.adapter_state()
+    snapshot = {k: torch.zeros_like(v) if "lora_B" in k else v.clone() for k, v in own.items()}  # LoRA B = 0: the base model
+    cloned, base, before, after = [], [], [], []
+    run_episodes("escape-room", SMALL, CoordinatorPolicy(coordinator), SEEDS[:4], history_len=1, transcripts=before)
+    evaluate_table("escape-room", {"heldout": SMALL}, {"bc": ClonedPolicy(coordinator, snapshot)}, SEEDS[:4],
+                   history_len=1, transcripts=cloned)
+    run_episodes("escape-room", SMALL, ZeroShotPolicy(coordinator), SEEDS[:4], history_len=1, transcripts=base)
+    run_episodes("escape-room", SMALL, CoordinatorPolicy(coordinator), SEEDS[:4], history_len=1, transcripts=after)
+    assert any("lora_B" in k for k in own)
+    assert probs(cloned) == pytest.approx(probs(base), abs=1e-5)
+    assert max(abs(a - b) for a, b in zip(probs(cloned), probs(before))) > 1e-3
+    assert probs(after) == pytest.approx(probs(before), abs=1e-6)
+    assert all(torch.equal(v, coordinator.adapter_state()[k]) for k, v in own.items())
 
 
 def test_decision_key_is_what_the_prompt_is_built_from():

@@ -428,3 +428,62 @@ def test_model_init_starts_from_another_runs_adapter_as_the_warm_start(tmp_path)
     resumed.close()
     with pytest.raises(TeamTRError, match="model.init=.*nowhere.*no checkpoint there"):
         Trainer(load_config(None, [*TINY, f"run_dir={tmp_path / 'r2'}", f"model.init={tmp_path / 'nowhere'}"]))
+
+
+def test_bc_cosine_schedule_warms_up_then_decays_to_zero_and_constant_keeps_the_lr(tmp_path):
+    """bc.schedule=cosine: step 1 runs at lr/warmup, the peak is bc.lr, the last step is near 0, and the
+    steps follow warmup_cosine exactly; constant keeps bc.lr on every step."""
+    seen: dict[str, list[float]] = {}
+    for schedule in ("cosine", "constant"):
+        trainer = Trainer(config(tmp_path / schedule, "bc.enabled=true", "bc.demos=80", "bc.epochs=2",
+                                 "bc.batch_size=8", "bc.lr=0.002", f"bc.schedule={schedule}"))
+        lrs: list[float] = []
+        log = trainer._log
+        trainer._log = lambda kind, step, m: (lrs.append(m["bc/lr"]) if kind == "bc" else None, log(kind, step, m))
+        trainer.warm_up()
+        trainer.close()
+        seen[schedule] = lrs
+    total = 20  # 2 epochs x 80 demos / 8
+    assert len(seen["cosine"]) == len(seen["constant"]) == total
+    assert seen["constant"] == [0.002] * total
+    expected = [0.002 * warmup_cosine(s, 2, total) for s in range(total)]
+    assert seen["cosine"] == pytest.approx(expected, rel=1e-12)
+    assert seen["cosine"][0] == pytest.approx(0.001) and max(seen["cosine"]) == pytest.approx(0.002)
+    assert seen["cosine"][-1] < 0.002 * 0.01
+
+
+def test_bc_schedule_rejects_an_unknown_name(tmp_path):
+    with pytest.raises(Exception, match="schedule"):
+        config(tmp_path, "bc.schedule=linear")
+
+
+def test_final_table_has_a_bc_row_scored_with_the_cloned_snapshot(tmp_path):
+    """After BC then RL the end-of-run table holds trained, bc, zero-shot and the baselines; the bc row's
+    episodes are those of a coordinator loaded from RUN/bc (probabilities to 1e-5), not the trained one's."""
+    import json
+
+    from teamtr.cli import final_table
+    from teamtr.eval.evaluate import run_episodes
+    from teamtr.eval.policies import CoordinatorPolicy
+    from teamtr.policy.backbone import load_backbone
+    from teamtr.policy.coordinator import Coordinator
+
+    cfg = config(tmp_path, "bc.enabled=true", "bc.demos=16", "bc.epochs=1", "bc.batch_size=8", "bc.lr=0.05",
+                 "train.iterations=1", "algo.lr=0.05", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=1",
+                 "team.history_len=1")
+    with Trainer(cfg) as trainer:
+        trainer.run()
+        rows = final_table(trainer, cfg)
+    assert list(rows) == ["trained", "bc", "zero-shot", "random", "oracle"]
+    evals = [json.loads(x) for x in (tmp_path / "run" / "eval_transcripts.jsonl").read_text().splitlines()]
+    got = [p for e in evals if e["policy"] == "bc" for s in e["steps"] for p in s["probs"]]
+    trained = [p for e in evals if e["policy"] == "trained" for s in e["steps"] for p in s["probs"]]
+    loaded = Coordinator(load_backbone("tiny-random", device="cpu"))
+    loaded.load(tmp_path / "run" / "bc")
+    want: list = []
+    off = cfg.train.eval_seed_offset
+    run_episodes("escape-room", cfg.env.options(), CoordinatorPolicy(loaded), [off, off + 1], history_len=1,
+                 transcripts=want)
+    want_probs = [p for e in want for s in e["steps"] for p in s["probs"]]
+    assert got == pytest.approx(want_probs, abs=1e-5)
+    assert max(abs(a - b) for a, b in zip(got, trained)) > 1e-4  # RL moved the policy off the snapshot

@@ -196,9 +196,10 @@ def _train_config(args: argparse.Namespace) -> Config:
 
 
 def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
-    """The end-of-run table on held-out seeds: trained, zero-shot, random and the world's expert
-    (``oracle``, or ``heuristic``), on the trainer's model (zero-shot: its adapter switched off); the
-    coordinator rows direct in the run's ``team.directives`` mode."""
+    """The end-of-run table on held-out seeds: trained, bc (the behaviour-cloned adapter before RL, when
+    the run cloned and then trained), zero-shot, random and the world's expert (``oracle``, or
+    ``heuristic``), on the trainer's model (zero-shot: its adapter switched off; bc: the ``RUN/bc``
+    snapshot in its place); the coordinator rows direct in the run's ``team.directives`` mode."""
     from teamtr.envs import world_class
 
     env = config.env.name
@@ -207,6 +208,12 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     policies = eval_policies.build_policies(("trained", "zero-shot", *baselines), seed=config.seed,
                                             coordinator=trainer.coordinator, hierarchy=config.team.hierarchy,
                                             **directing(config))
+    bc_dir = Path(config.run_dir) / "bc"
+    if config.bc.enabled and config.train.iterations > 0 and bc_dir.is_dir() and not config.team.hierarchy.enabled:
+        # the warm-up alone beside BC + RL: the seed's "does behaviour cloning help" in one table
+        cloned = eval_policies.ClonedPolicy(trainer.coordinator, trainer.coordinator.read_adapter(bc_dir),
+                                            **directing(config))
+        policies = {"trained": policies.pop("trained"), "bc": cloned, **policies}
     table_suites = suites(env, eval_options(config.env.options(), config.train.eval_env), config.train.final_suite)
     n = config.train.final_eval_episodes
     counts = {name: n for name in policies}

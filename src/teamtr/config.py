@@ -253,6 +253,9 @@ class BCConfig(_Section):
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(2e-3, gt=0)
+    #: constant: bc.lr throughout; cosine: linear warmup over the first tenth of the steps, then cosine
+    #: decay to 0 at the last step, so the clone ends where its steps settled, not mid-stride
+    schedule: Literal["constant", "cosine"] = "constant"
 
 
 class TrainConfig(_Section):

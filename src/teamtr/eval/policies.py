@@ -8,6 +8,7 @@ in whole-team or free-text mode returns what ``Team.step`` takes in that mode in
   ``heuristic``: tables use the world's word, ``expert_name``);
 - the coordinator: ``trained`` (adapter merged in for speed, ``MergedPolicy``) and ``zero-shot`` (the
   adapter switched off: the base model, ``ZeroShotPolicy``); ``CoordinatorPolicy`` is the plain one;
+  the end-of-run table's ``bc`` row is ``ClonedPolicy`` (the behaviour-cloned adapter before RL);
   a hierarchical coordinator (``team.hierarchy``) evaluates as ``HierarchicalPolicy``.
 
 Torch loads only when a coordinator policy is built.
@@ -206,6 +207,21 @@ class MergedPolicy(CoordinatorPolicy):
 
     def session(self) -> ContextManager[None]:
         return self.coordinator.merged()
+
+
+class ClonedPolicy(MergedPolicy):
+    """The coordinator with another adapter's weights in place of its own for the whole evaluation
+    (``state``: e.g. the behaviour-cloned snapshot ``RUN/bc``, read with ``read_adapter``): the end-of-run
+    table's ``bc`` row, the warm-up alone, on the same weights in memory (merged like ``trained``)."""
+
+    def __init__(self, coordinator: CoordinatorLike, state: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(coordinator, **kwargs)
+        self.state = state
+
+    @contextlib.contextmanager
+    def session(self) -> Iterator[None]:
+        with self.coordinator.use_adapter(self.state), self.coordinator.merged():
+            yield
 
 
 class ZeroShotPolicy(CoordinatorPolicy):

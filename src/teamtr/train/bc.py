@@ -21,6 +21,7 @@ import torch
 from teamtr.core import TeamTRError
 from teamtr.policy.coordinator import CoordinatorLike
 from teamtr.rl.losses import imitation_nll, masked_log_softmax
+from teamtr.rl.schedules import warmup_cosine
 from teamtr.team import Team, TeamBatch
 from teamtr.telemetry.progress import Progress
 
@@ -93,12 +94,16 @@ def file_demos(paths: Sequence[str | Path], success_weighted: bool = False) -> l
 
 
 def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
-                    seed: int = 0, log: Callable[[int, dict[str, float]], None] | None = None,
+                    seed: int = 0, schedule: str = "constant", log: Callable[[int, dict[str, float]], None] | None = None,
                     heldout: Sequence[Demo] = ()) -> dict[str, float]:
     """Train the coordinator's adapter to put its probability on each demo's label.
 
-    Returns the last step's metrics: ``bc/loss``, ``bc/accuracy`` and ``bc/heldout_accuracy``.
+    ``schedule``: ``constant`` (``lr`` throughout) or ``cosine`` (linear warmup over the first tenth of
+    the steps, then cosine decay to 0 at the last). Returns the last step's metrics: ``bc/loss``,
+    ``bc/accuracy``, ``bc/lr`` and ``bc/heldout_accuracy``.
     """
+    if schedule not in ("constant", "cosine"):
+        raise TeamTRError(f"bc.schedule: {schedule!r} is not a schedule; use constant or cosine.")
     if not demos:
         raise TeamTRError("Behaviour cloning got no demonstrations (bc.demos = 0 and no bc.files).")
     params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
@@ -107,6 +112,7 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
     weights = torch.tensor([d.weight for d in demos])
     steps_per_epoch = max(1, len(demos) // batch_size)
     total = epochs * steps_per_epoch
+    warmup = max(1, total // 10)
     metrics: dict[str, float] = {}
     with Progress("behaviour cloning", total, unit="steps") as progress:
         for step in range(total):
@@ -118,13 +124,16 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
             logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
             labels = torch.tensor([d.label for d in batch], device=scores.device)
             loss = imitation_nll(logp, labels)
+            step_lr = lr * (warmup_cosine(step, warmup, total) if schedule == "cosine" else 1.0)
+            for group in opt.param_groups:
+                group["lr"] = step_lr
             opt.zero_grad()
             loss.backward()
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             coordinator.after_update()
             acc = float((logp.argmax(-1) == labels).float().mean())
-            metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/step": step + 1}
+            metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/lr": step_lr, "bc/step": step + 1}
             if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
                 metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout)
             if log is not None:

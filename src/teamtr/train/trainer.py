@@ -284,7 +284,7 @@ class Trainer:
         start = time.perf_counter()
         bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-            seed=self.config.seed, heldout=heldout,
+            seed=self.config.seed, schedule=cfg.schedule, heldout=heldout,
             log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
         )
         self.bc_done = True
