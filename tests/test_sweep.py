@@ -41,3 +41,32 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     assert saved["command"].startswith("teamtr sweep default --seeds 0 1 --set model.backbone=tiny-random")
     assert "seed 0 done" in printed and "seed 1 -> " in printed and "(resuming)" in printed
     assert (out / "seed_1" / "final_eval.json").is_file()
+
+
+def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_path, capsys):
+    """--parallel 2: each seed a `teamtr train` child with its log beside its run; the runs and the
+    summary match a serial sweep's; a seed whose child fails is named with its log, the others finish."""
+    serial, parallel = tmp_path / "serial", tmp_path / "parallel"
+    assert main(["sweep", "default", "--seeds", "0", "1", "--out", str(serial), *TINY]) == 0
+    assert main(["sweep", "default", "--seeds", "0", "1", "--out", str(parallel), "--parallel", "2", *TINY]) == 0
+    printed = capsys.readouterr().out
+    assert "seed 0 finished" in printed and "seed 1 finished" in printed and " thread(s), log " in printed
+    for seed in (0, 1):
+        log = (parallel / f"seed_{seed}.log").read_text()
+        assert "run directory:" in log and f"seed: {seed}" in (parallel / f"seed_{seed}" / "config.yaml").read_text()
+        want = json.loads((serial / f"seed_{seed}" / "final_eval.json").read_text())["rows"]
+        got = json.loads((parallel / f"seed_{seed}" / "final_eval.json").read_text())["rows"]
+        assert got.keys() == want.keys()
+        for policy in want:
+            for metric, value in want[policy].items():
+                assert abs(got[policy][metric] - value) < 1e-6, (policy, metric)
+    assert json.loads((parallel / "sweep.json").read_text())["seeds"] == [0, 1]
+
+    broken = tmp_path / "broken"
+    (broken / "seed_1").mkdir(parents=True)
+    (broken / "seed_1" / "notes.txt").write_text("not a run")
+    assert main(["sweep", "default", "--seeds", "0", "1", "--out", str(broken), "--parallel", "2", *TINY]) == 2
+    err = capsys.readouterr().err
+    assert "seed 1 failed, see" in err and "seed_1.log" in err and "seed 0" not in err
+    assert (broken / "seed_0" / "final_eval.json").is_file()  # the other seed still finished
+    assert "holds files that are not a TeamTR run" in (broken / "seed_1.log").read_text()
