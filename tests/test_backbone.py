@@ -41,3 +41,16 @@ def test_unknown_dtype_and_device_name_the_choices():
         backbone.resolve_device("cpu", "float8")
     with pytest.raises(TeamTRError, match="is not a torch device"):
         backbone.resolve_device("toaster", "auto")
+
+
+def test_teamtr_cpu_bf16_overrides_the_probe_and_rejects_other_values(monkeypatch):
+    monkeypatch.setenv("TEAMTR_CPU_BF16", "1")
+    assert backbone.cpu_bf16_native() and backbone.resolve_device("cpu", "auto")[1] == torch.bfloat16
+    monkeypatch.setenv("TEAMTR_CPU_BF16", "0")
+    assert not backbone.cpu_bf16_native() and backbone.resolve_device("cpu", "auto")[1] == torch.float32
+    monkeypatch.setenv("TEAMTR_CPU_BF16", "yes")
+    with pytest.raises(TeamTRError, match="TEAMTR_CPU_BF16='yes': use 0"):
+        backbone.cpu_bf16_native()
+    monkeypatch.delenv("TEAMTR_CPU_BF16")
+    probed = any(bool(getattr(torch.cpu, p, lambda: False)()) for p in ("_is_avx512_bf16_supported", "_is_amx_tile_supported"))
+    assert backbone.cpu_bf16_native() == probed
