@@ -11,6 +11,7 @@ from test_whole_team import coord  # noqa: F401  (the tiny coordinator with a no
 
 from teamtr.core import TeamTRError
 from teamtr.envs import make
+from teamtr.policy.decoding import fold_prefixes
 from teamtr.policy.free_text import act_free_text, decode_texts, parse_lines, score_texts, stop_ids
 from teamtr.policy.grammar import DirectiveGrammar, parse_free_text
 from teamtr.team import FreeText, Team
@@ -58,16 +59,18 @@ def _full_pass(model, prompt, output, temperature):
     return lp.gather(1, torch.tensor(output)[:, None]).squeeze(1), -(lp.exp() * lp).sum(-1)
 
 
-@pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_sampled_text_log_prob_equals_a_full_sequence_pass(coord, temperature):
+@pytest.mark.parametrize("temperature,names", [(1.0, "default"), (0.7, "default"), (1.0, "fresh")])
+def test_sampled_text_log_prob_equals_a_full_sequence_pass(coord, temperature, names):
+    """Exact against a full pass, also when every row has its own static prefix (fresh names: one batch)."""
     coord.temperature = temperature
     try:
-        states = _states(6, agents=3)
+        states = _states(6, agents=3, names=names)
         out = act_free_text(coord, states, max_new_tokens=10, generator=torch.Generator().manual_seed(3))
     finally:
         coord.temperature = 1.0
     model = coord.backbone.model
-    (scores,), (rows,) = out.scores, out.groups
+    scores, rows = out.scores, range(len(states))
+    assert len({p for p, _ in out.prompts}) == (6 if names == "fresh" else 1)
     assert len(set(out.tokens)) == 6  # sampled, not one text six times
     for j, i in enumerate(rows):
         prefix, dynamic = out.prompts[i]
@@ -79,8 +82,8 @@ def test_sampled_text_log_prob_equals_a_full_sequence_pass(coord, temperature):
     # the teacher-forced pass of the update gives the same numbers, and the full distributions
     coord.temperature = temperature
     try:
-        again = score_texts(model, out.prompts[0][0], [out.prompts[i][1] for i in rows], [out.tokens[i] for i in rows],
-                            temperature=temperature)
+        prefix, dynamics = fold_prefixes([p for p, _ in out.prompts], [d for _, d in out.prompts])
+        again = score_texts(model, prefix, dynamics, list(out.tokens), temperature=temperature)
     finally:
         coord.temperature = 1.0
     assert torch.allclose(again.logp, scores.logp, atol=1e-4)

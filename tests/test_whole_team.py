@@ -59,7 +59,8 @@ def _states(world: str, n: int, **options):
 
 
 @pytest.mark.parametrize("world,options", [("escape-room", {"agents": 3}), ("escape-room", {"agents": 4}),
-                                           ("software-team", {})])
+                                           ("software-team", {}),
+                                           ("escape-room", {"agents": 3, "names": "fresh"})])  # 40 prefixes, one batch
 def test_decoded_whole_team_outputs_are_valid_and_exact(coord, world, options):
     states = _states(world, 40, **options)
     g = torch.Generator().manual_seed(1)
@@ -75,15 +76,18 @@ def test_decoded_whole_team_outputs_are_valid_and_exact(coord, world, options):
         team.step(out.lines[k])  # the team takes it
         changed += bool(out.lines[k])
     assert changed > 20
-    scores = out.scores[0]
+    scores = out.scores
     model = coord.backbone.model
     for k in range(0, 40, 8):  # naive full-sequence score of the same output
         prefix, dec = out.decisions[k]
         lp, ent, _ = naive(model, prefix, dec, out.tokens[k])
-        row = out.groups[0].index(k)
         n = len(out.tokens[k])
-        assert abs(float(scores.logp[row].sum()) - float(lp.sum())) < 1e-4
-        assert torch.allclose(scores.entropy[row, :n], ent, atol=1e-4)
+        assert abs(float(scores.logp[k].sum()) - float(lp.sum())) < 1e-4
+        assert torch.allclose(scores.entropy[k, :n], ent, atol=1e-4)
+    if options.get("names") == "fresh":  # the teacher-forced pass of the update folds them the same way
+        again, _ = score_whole_team(coord, out.decisions, out.tokens)
+        assert len({p for p, _ in out.decisions}) == 40
+        assert torch.allclose(again.logp, scores.logp, atol=1e-4)
 
 
 def test_token_loss_by_hand():
@@ -121,8 +125,8 @@ def test_whole_team_ppo_update_decreases_the_loss_on_a_fixed_batch(token_level):
     c = Coordinator(load_backbone("tiny-random", device="cpu"))
     states = _states("escape-room", 8, agents=3)
     out = act_whole_team(c, states, generator=torch.Generator().manual_seed(2))
-    old = out.scores[0]
-    rows = out.groups[0]
+    old = out.scores
+    rows = list(range(len(states)))
     old_branch, valid = dense(old)
     adv = torch.linspace(-1, 1, len(rows))
     returns = adv.clone()
@@ -186,4 +190,4 @@ def test_a_state_without_single_agent_candidates_gets_a_forced_carry_on(coord):
     grammar, sources = team_grammar(d)
     assert grammar.options == (("team: carry on",),) and sources == ((-1,),)
     out = act_whole_team(coord, [d])
-    assert out.lines == [[]] and float(out.scores[0].logp.sum()) == 0.0
+    assert out.lines == [[]] and float(out.scores.logp.sum()) == 0.0

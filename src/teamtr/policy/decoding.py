@@ -24,7 +24,10 @@ Batching. One KV cache serves B rows (different prompts and grammars). The stati
 once at batch 1 and repeated over the rows. Each call then appends, per row, a chunk of its own length,
 right-padded to the longest chunk: padded slots are zero in the 2D attention mask, so no later query
 ever attends them, and position ids count each row's real tokens only, so each row computes exactly
-"prefix + its own tokens" at positions 0..n-1. Left padding cannot serve: chunk lengths differ at every
+"prefix + its own tokens" at positions 0..n-1. Rows under different static prefixes (fresh names per
+episode, a list of layouts) share one cache too: ``fold_prefixes`` moves each row's prefix into its own
+first chunk (no shared prefix), so a batch is one decoding loop whatever its prefixes, at the cost of
+each row encoding its prefix. Left padding cannot serve: chunk lengths differ at every
 step (jump-forward), so holes are unavoidable; a masked hole costs a little compute, never exactness. A
 cache per row would cost B model calls per step, B times the per-call overhead that dominates on CPU.
 
@@ -53,6 +56,24 @@ class GrammarDecision:
 
     dynamic: tuple[int, ...]
     grammar: TokenGrammar
+
+
+def fold_prefixes(prefixes: Sequence[Sequence[int]], dynamics: Sequence[Sequence[int]]
+                  ) -> tuple[tuple[int, ...], list[tuple[int, ...]]]:
+    """One batch's shared prefix and each row's own tokens after it: the common prefix when every row
+    has the same one, else none, each row's prefix put before its dynamic part (the same tokens at the
+    same positions, so the same scores; module docstring, Batching)."""
+    first = tuple(prefixes[0]) if prefixes else ()
+    if all(tuple(p) == first for p in prefixes):
+        return first, [tuple(d) for d in dynamics]
+    return (), [tuple(p) + tuple(d) for p, d in zip(prefixes, dynamics)]
+
+
+def fold_decisions(decisions: Sequence[tuple[Sequence[int], GrammarDecision]]
+                   ) -> tuple[tuple[int, ...], list[GrammarDecision]]:
+    """``fold_prefixes`` for (static prefix, ``GrammarDecision``) pairs."""
+    prefix, dynamics = fold_prefixes([p for p, _ in decisions], [d.dynamic for _, d in decisions])
+    return prefix, [GrammarDecision(dyn, d.grammar) for dyn, (_, d) in zip(dynamics, decisions)]
 
 
 @dataclass

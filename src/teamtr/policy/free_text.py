@@ -6,8 +6,8 @@ end marker, or the tokenizer's end of sequence; it is part of the output and of 
 after ``max_new_tokens`` tokens. The log-prob of an output is the sum of its tokens' log-probs, and
 each token's entropy and KL are exact sums over the vocabulary.
 
-Batching is ``policy.decoding``'s: one KV cache for every row of a static prefix, the prefix encoded
-once, then one model call per generated token for all rows still writing (a finished row feeds nothing,
+Batching is ``policy.decoding``'s: one KV cache for all rows, a shared static prefix encoded once (rows
+under different prefixes carry their own, ``fold_prefixes``), then one model call per generated token for all rows still writing (a finished row feeds nothing,
 a masked hole). ``score_texts`` recomputes the same values (with gradients when enabled) in one
 teacher-forced pass, the full next-token distributions included (the token-level PPO update); the
 tests compare both with the model's own full-sequence logits.
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from teamtr.core import TeamTRError
-from teamtr.policy.decoding import KVBatch, output_head, pick_tokens
+from teamtr.policy.decoding import KVBatch, fold_prefixes, output_head, pick_tokens
 from teamtr.policy.grammar import parse_free_text
 from teamtr.policy.prompts import DecisionLike
 
@@ -153,15 +153,14 @@ def parse_lines(decision: DecisionLike, text: str) -> list[int] | None:
 
 @dataclass
 class FreeTextOutput:
-    """B free-text decisions: texts, their parsed lines (None: invalid), tokens, per-prefix-group
-    scores and prompts, values [B]."""
+    """B free-text decisions: texts, their parsed lines (None: invalid), tokens, prompts, per-token
+    scores (row b: decision b), values [B]."""
 
     texts: list[str]
     lines: list[list[int] | None]
     tokens: list[tuple[int, ...]]
     prompts: list[tuple[tuple[int, ...], tuple[int, ...]]]  # (static prefix, dynamic part) per row
-    scores: list[TextScores]  # one per prefix group, see ``groups``
-    groups: list[list[int]]
+    scores: TextScores
     values: torch.Tensor
 
 
@@ -174,25 +173,15 @@ def text_of(coordinator: Coordinator, tokens: Sequence[int]) -> str:
 @torch.no_grad()
 def act_free_text(coordinator: Coordinator, decisions: Sequence[DecisionLike], *, max_new_tokens: int,
                   greedy: bool = False, generator: torch.Generator | None = None) -> FreeTextOutput:
-    """Write one free-text directive per decision, batched per shared prefix with a KV cache."""
+    """Write one free-text directive per decision, all in one KV-cached batch (rows under different
+    static prefixes folded, ``decoding.fold_prefixes``)."""
     enc = coordinator.encode(decisions)
     prompts = [(prefix, tuple(e.dynamic)) for prefix, e in enc]
-    B = len(prompts)
-    tokens: list[tuple[int, ...]] = [() for _ in range(B)]
-    values = torch.zeros(B)
-    scores, groups = [], []
-    groups_of: dict[tuple[int, ...], list[int]] = {}
-    for i, (prefix, _) in enumerate(prompts):
-        groups_of.setdefault(prefix, []).append(i)
-    for prefix, rows in groups_of.items():
-        out, s = decode_texts(coordinator.backbone.model, prefix, [prompts[i][1] for i in rows],
-                              stop=stop_ids(coordinator), max_new_tokens=max_new_tokens, greedy=greedy,
-                              temperature=coordinator.temperature, generator=generator)
-        for j, i in enumerate(rows):
-            tokens[i] = out[j]
-        values[rows] = coordinator.value_head(s.value_hidden.float()).squeeze(-1).cpu()
-        scores.append(s)
-        groups.append(rows)
+    prefix, dynamics = fold_prefixes([p for p, _ in prompts], [d for _, d in prompts])
+    tokens, scores = decode_texts(coordinator.backbone.model, prefix, dynamics, stop=stop_ids(coordinator),
+                                  max_new_tokens=max_new_tokens, greedy=greedy,
+                                  temperature=coordinator.temperature, generator=generator)
+    values = coordinator.value_head(scores.value_hidden.float()).squeeze(-1).cpu()
     texts = [text_of(coordinator, t) for t in tokens]
     lines = [parse_lines(d, text) for d, text in zip(decisions, texts)]
-    return FreeTextOutput(texts, lines, tokens, prompts, scores, groups, values)
+    return FreeTextOutput(texts, lines, list(tokens), prompts, scores, values)

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from teamtr.core import TeamTRError
-from teamtr.policy.decoding import GrammarDecision, TokenScores, decode, score_outputs
+from teamtr.policy.decoding import GrammarDecision, TokenScores, decode, fold_decisions, score_outputs
 from teamtr.policy.grammar import (
     DirectiveGrammar,
     grammar_from_candidates,
@@ -47,13 +46,13 @@ def team_grammar(decision: DecisionLike) -> tuple[DirectiveGrammar, tuple[tuple[
 @dataclass
 class WholeTeamOutput:
     """B whole-team decisions: per row the candidate indices of its new lines, its token ids and
-    the ``GrammarDecision`` they were decoded under; per-token scores; values [B]."""
+    the ``GrammarDecision`` they were decoded under; per-token scores (row b of ``scores`` is decision
+    b); values [B]."""
 
     lines: list[list[int]]
     tokens: list[tuple[int, ...]]
     decisions: list[tuple[tuple[int, ...], GrammarDecision]]  # (static prefix, dynamic + grammar)
-    scores: list[TokenScores]  # one per prefix group, see ``groups``
-    groups: list[list[int]]  # the rows of each prefix group
+    scores: TokenScores
     values: torch.Tensor
 
 
@@ -69,33 +68,19 @@ def grammar_decisions(coordinator: Coordinator, decisions: Sequence[DecisionLike
     return out, sources
 
 
-def _by_prefix(decisions: Sequence[tuple[tuple[int, ...], GrammarDecision]]) -> dict[tuple[int, ...], list[int]]:
-    groups: dict[tuple[int, ...], list[int]] = {}
-    for i, (prefix, _) in enumerate(decisions):
-        groups.setdefault(prefix, []).append(i)
-    return groups
-
-
 @torch.no_grad()
 def act_whole_team(coordinator: Coordinator, decisions: Sequence[DecisionLike], *, greedy: bool = False,
                    generator: torch.Generator | None = None) -> WholeTeamOutput:
-    """Decode one whole-team directive per decision, batched per shared prefix with a KV cache."""
+    """Decode one whole-team directive per decision, all in one KV-cached batch (rows under different
+    static prefixes folded, ``decoding.fold_prefixes``)."""
     gd, sources = grammar_decisions(coordinator, decisions)
-    B = len(gd)
-    lines: list[list[int]] = [[] for _ in range(B)]
-    tokens: list[tuple[int, ...]] = [() for _ in range(B)]
-    values = torch.zeros(B)
-    scores, groups = [], []
-    for prefix, rows in _by_prefix(gd).items():
-        out = decode(coordinator.backbone.model, prefix, [gd[i][1] for i in rows], greedy=greedy,
-                     temperature=coordinator.temperature, generator=generator)
-        for j, i in enumerate(rows):
-            lines[i] = [sources[i][a][o] for a, o in enumerate(out.choices[j]) if sources[i][a][o] >= 0]
-            tokens[i] = out.tokens[j]
-        values[rows] = coordinator.value_head(out.scores.value_hidden.float()).squeeze(-1).cpu()
-        scores.append(out.scores)
-        groups.append(rows)
-    return WholeTeamOutput(lines, tokens, gd, scores, groups, values)
+    prefix, folded = fold_decisions(gd)
+    out = decode(coordinator.backbone.model, prefix, folded, greedy=greedy,
+                 temperature=coordinator.temperature, generator=generator)
+    lines = [[sources[i][a][o] for a, o in enumerate(out.choices[i]) if sources[i][a][o] >= 0]
+             for i in range(len(gd))]
+    values = coordinator.value_head(out.scores.value_hidden.float()).squeeze(-1).cpu()
+    return WholeTeamOutput(lines, list(out.tokens), gd, out.scores, values)
 
 
 def dense(scores: TokenScores) -> tuple[torch.Tensor, torch.Tensor]:
@@ -114,12 +99,10 @@ def dense(scores: TokenScores) -> tuple[torch.Tensor, torch.Tensor]:
 
 def score_whole_team(coordinator: Coordinator, decisions: Sequence[tuple[tuple[int, ...], GrammarDecision]],
                      tokens: Sequence[Sequence[int]]) -> tuple[TokenScores, torch.Tensor]:
-    """Per-token scores (with gradients) of given outputs, all under one prefix, and values [B]."""
-    prefixes = {p for p, _ in decisions}
-    if len(prefixes) != 1:
-        raise TeamTRError(f"score_whole_team scores decisions of one static prefix at a time, got {len(prefixes)}.")
-    s = score_outputs(coordinator.backbone.model, prefixes.pop(), [d for _, d in decisions], tokens,
-                      temperature=coordinator.temperature)
+    """Per-token scores (with gradients) of given outputs in one pass (rows under different static
+    prefixes folded), and values [B]."""
+    prefix, folded = fold_decisions(decisions)
+    s = score_outputs(coordinator.backbone.model, prefix, folded, tokens, temperature=coordinator.temperature)
     hidden = s.value_hidden.float()
     values = coordinator.value_head(hidden if coordinator.value_grad_to_trunk else hidden.detach()).squeeze(-1)
     return s, values

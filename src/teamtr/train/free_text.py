@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import torch
 
-from teamtr.core import TeamTRError
 from teamtr.policy.coordinator import Coordinator
+from teamtr.policy.decoding import fold_prefixes
 from teamtr.policy.free_text import TextScores, act_free_text, score_texts
 from teamtr.team import FreeText, TeamState
 from teamtr.train.whole_team import ReferenceWeights, TokenActor, TokenInputs, pad_rows
@@ -46,12 +46,9 @@ class FreeTextActor(TokenActor):
             ) -> tuple[list[FreeText], torch.Tensor, list[int]]:
         out = act_free_text(self.coordinator, states, max_new_tokens=self.max_new_tokens, generator=generator)
         handles = [-1] * len(states)
-        for scores, rows in zip(out.scores, out.groups):
-            for j, i in enumerate(rows):
-                handles[i] = len(self.store)
-                prefix, dynamic = out.prompts[i]
-                self.store.append(TextDecision(prefix, dynamic, out.tokens[i],
-                                               scores.logp[j, : len(out.tokens[i])].cpu()))
+        for i, (prefix, dynamic) in enumerate(out.prompts):
+            handles[i] = len(self.store)
+            self.store.append(TextDecision(prefix, dynamic, out.tokens[i], out.scores.logp[i, : len(out.tokens[i])].cpu()))
         choices = [FreeText(text, None if lines is None else tuple(lines)) for text, lines in zip(out.texts, out.lines)]
         return choices, out.values, handles
 
@@ -59,12 +56,11 @@ class FreeTextActor(TokenActor):
         self.acting = self.coordinator.adapter_state()
 
     def _score(self, items: Sequence[TextDecision]) -> TextScores:
-        return score_texts(self.coordinator.backbone.model, items[0].prefix, [d.dynamic for d in items],
-                           [d.tokens for d in items], temperature=self.coordinator.temperature)
+        prefix, dynamics = fold_prefixes([d.prefix for d in items], [d.dynamic for d in items])
+        return score_texts(self.coordinator.backbone.model, prefix, dynamics, [d.tokens for d in items],
+                           temperature=self.coordinator.temperature)
 
     def policy_inputs(self, items: Sequence[TextDecision]) -> TokenInputs:
-        if len({d.prefix for d in items}) != 1:
-            raise TeamTRError("a free-text minibatch must hold decisions of one static prefix")
         assert self.acting is not None, "policy_inputs() before begin_update()"
         # The gradient-free passes first: swapping adapters in and out writes the parameters in place,
         # which would invalidate a graph built before.

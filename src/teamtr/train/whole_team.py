@@ -83,7 +83,7 @@ class TokenActor:
         """Called once before an update's first step (the acting weights are still in place)."""
 
     def policy_inputs(self, items: Sequence[Any]) -> TokenInputs:
-        """The token-level loss inputs of stored decisions of one static prefix, with gradients."""
+        """The token-level loss inputs of stored decisions, with gradients."""
         raise NotImplementedError
 
     def record(self, rollout: Rollout, handle: int, value: float, reward: float, info: dict[str, Any],
@@ -103,15 +103,15 @@ class WholeTeamActor(TokenActor):
         """Decode each state's directive; return its lines (for ``Team.step``), values [B], handles."""
         out = act_whole_team(self.coordinator, states, generator=generator)
         handles = [-1] * len(states)
-        for scores, rows in zip(out.scores, out.groups):
-            branch, valid = dense(scores)
-            ref = self._reference([out.decisions[i] for i in rows], [out.tokens[i] for i in rows], branch)
-            for j, i in enumerate(rows):
-                n = len(out.tokens[i])
-                handles[i] = len(self.store)
-                self.store.append(TokenDecision(out.decisions[i][0], out.decisions[i][1], out.tokens[i],
-                                                scores.logp[j, :n].cpu(), branch[j, :n].cpu(), ref[j, :n].cpu(),
-                                                valid[j, :n].cpu(), scores.branching[j, :n].cpu()))
+        scores = out.scores
+        branch, valid = dense(scores)
+        ref = self._reference(out.decisions, out.tokens, branch)
+        for i, tokens in enumerate(out.tokens):
+            n = len(tokens)
+            handles[i] = len(self.store)
+            self.store.append(TokenDecision(out.decisions[i][0], out.decisions[i][1], tokens,
+                                            scores.logp[i, :n].cpu(), branch[i, :n].cpu(), ref[i, :n].cpu(),
+                                            valid[i, :n].cpu(), scores.branching[i, :n].cpu()))
         return list(out.lines), out.values, handles
 
     @torch.no_grad()
@@ -145,7 +145,7 @@ def pad_rows(rows: Sequence[torch.Tensor], T: int, K: int | None, fill: float | 
 
 def _minibatch_terms(algo: PPO, actor: TokenActor, mb: Minibatch, ent_coef: float, kl_coef: float,
                      token_level: bool) -> tuple:
-    """The token-level policy terms and the value loss of one minibatch (one static prefix)."""
+    """The token-level policy terms and the value loss of one minibatch."""
     c = algo.config
     x = actor.policy_inputs([actor.store[int(h)] for h in mb.handles])
     dev = x.new_logp.device
@@ -158,7 +158,7 @@ def _minibatch_terms(algo: PPO, actor: TokenActor, mb: Minibatch, ent_coef: floa
 
 def token_update(algo: PPO, actor: TokenActor, rollout: Rollout, token_level: bool = True) -> dict[str, float]:
     """PPO's epochs x minibatches with the token-level loss; the same schedules, optimiser, early stop
-    and metrics as ``PPO.update``. Minibatches hold decisions of one static prefix each; ``token_level``:
+    and metrics as ``PPO.update``. A minibatch may mix static prefixes (scored in one folded pass); ``token_level``:
     per-token ratios, else one per decision (``algo.token_level``)."""
     c = algo.config
     algo._prepare(rollout)
@@ -167,7 +167,7 @@ def token_update(algo: PPO, actor: TokenActor, rollout: Rollout, token_level: bo
     for g in algo.optimizer.param_groups:
         g["lr"] = g["base_lr"] * mult
     limit = c.early_stop_factor * c.target_kl if c.early_stop_factor is not None else math.inf
-    metrics = run_epochs(c.epochs, lambda: _by_prefix(rollout, actor, c.minibatch_size, algo.generator),
+    metrics = run_epochs(c.epochs, lambda: list(rollout.minibatches(c.minibatch_size, algo.generator)),
                          lambda batches: _epoch(algo, actor, batches, ent_coef, kl_coef, token_level, limit))
     metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
     if math.isfinite(metrics["policy/kl_ref_new"]):
@@ -194,14 +194,3 @@ def _epoch(algo: PPO, actor: TokenActor, batches: list[Minibatch], ent_coef: flo
         log.returns.append(mb.returns)
         log.rows.append(step_row(t, v_loss, norms))
     return log
-
-
-def _by_prefix(rollout: Rollout, actor: TokenActor, size: int, generator: torch.Generator) -> list[Minibatch]:
-    """Shuffled minibatches of at most ``size`` decisions, each of one static prefix."""
-    out = []
-    for mb in rollout.minibatches(size, generator):
-        groups: dict[tuple[int, ...], list[int]] = {}
-        for k, h in enumerate(mb.handles.tolist()):
-            groups.setdefault(actor.store[h].prefix, []).append(k)
-        out += [rollout.subset(mb.index[torch.tensor(ks)]) for ks in groups.values()]
-    return out
