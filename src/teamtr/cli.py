@@ -337,12 +337,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             todo[seed] = run
     if args.parallel > 1 and len(todo) > 1:
         _sweep_parallel(args, todo)
-    for seed, run in ({} if args.parallel > 1 and len(todo) > 1 else todo).items():
-        sets = [*args.set, f"seed={seed}", f"run_dir={run}"]
-        resume = (run / "config.yaml").is_file()
-        print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else ""))
-        cmd_train(argparse.Namespace(config=args.config, set=sets, resume=str(run) if resume else None,
-                                     overwrite=False))
+    else:
+        for seed, run in todo.items():
+            sets = [*args.set, f"seed={seed}", f"run_dir={run}"]
+            resume = (run / "config.yaml").is_file()
+            print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else ""))
+            cmd_train(argparse.Namespace(config=args.config, set=sets, resume=str(run) if resume else None,
+                                         overwrite=False))
     resolved = load_config(args.config, args.set).model_dump(mode="json")
     summary = {"command": " ".join(["teamtr sweep", args.config, "--seeds", *map(str, args.seeds),
                                     *(f"--set {s}" for s in args.set)]),
