@@ -90,14 +90,27 @@ def sweep(files: list[str]) -> str:
 
 
 def compare(files: list[str]) -> str:
-    """The trust-region table of ``teamtr report --compare`` (compare.json), one row per group."""
-    lines = ["| runs | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |",
-             "|---" * (len(COMPARE_COLUMNS) + 1) + "|"]
+    """The trust-region table of ``teamtr report --compare`` (compare.json): a block per file, headed by
+    its command and world, one row per group with the algorithm, LR and seeds its runs resolved."""
+    out = []
     for f in files:
-        for label, row in _load(f)["groups"].items():
-            lines.append(f"| {label} (n={len(row['runs'])}) | "
-                         + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS) + " |")
-    return "\n".join(lines) + "\n"
+        d = _load(f)
+        groups = d["groups"]
+        envs = [row.get("settings", {}).get("env") for row in groups.values()]
+        env = dict(envs[0]) if envs and envs[0] and all(e == envs[0] for e in envs) else None
+        world = f"{env.pop('name')} ({_options(env)})" if env else "worlds differ per group"
+        out.append(f"`{d.get('command') or 'teamtr report --compare'}`: {world}; success of the sampled "
+                   f"training episodes per iteration; final = the end-of-run table's greedy success (`{f}`)\n")
+        out.append("| runs | algorithm | LR | seeds | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |")
+        out.append("|---" * (len(COMPARE_COLUMNS) + 4) + "|")
+        for label, row in groups.items():
+            st = row.get("settings", {})
+            seeds = st.get("seeds") or []
+            out.append(f"| {label} | {st.get('algo.name', '-')} | {st.get('algo.lr', '-')} | "
+                       f"{', '.join(map(str, seeds)) or '-'} | "
+                       + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS) + " |")
+        out.append("")
+    return "\n".join(out)
 
 
 def agents(files: list[str]) -> str:

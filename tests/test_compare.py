@@ -13,7 +13,8 @@ from teamtr.core import TeamTRError
 from teamtr.telemetry.compare import collapsed, group_runs, run_summary, summarise, worst_drop
 
 
-def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, final: float | None = None) -> Path:
+def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, final: float | None = None,
+         algo: str = "ppo", lr: float = 3e-5, seed: int = 0) -> Path:
     path.mkdir(parents=True)
     lines = []
     if bc:
@@ -23,7 +24,9 @@ def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, f
                       "policy/kl_old_new": kl * i, "perf/decisions": 100, "perf/iteration_s": 60.0})
     lines.append({"kind": "eval", "iteration": len(success), "suite": "heldout", "eval/success": success[-1]})
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
-    (path / "config.yaml").write_text(yaml.safe_dump({"bc": {"enabled": bc, "demos": 240}}))
+    (path / "config.yaml").write_text(yaml.safe_dump({"bc": {"enabled": bc, "demos": 240}, "seed": seed,
+                                                      "env": {"name": "escape-room", "agents": 3},
+                                                      "algo": {"name": algo, "lr": lr}}))
     if final is not None:
         (path / "final_eval.json").write_text(json.dumps({"rows": {"trained": {"success": final}}}))
     return path
@@ -68,11 +71,25 @@ def test_sweeps_group_by_directory_and_table_is_mean_std(tmp_path: Path) -> None
 
 def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     _run(tmp_path / "sweep-a" / "seed_0", [0.2, 1.0])
-    _run(tmp_path / "sweep-a" / "seed_1", [0.4, 0.8])
-    _run(tmp_path / "b", [0.1, 0.3])
+    _run(tmp_path / "sweep-a" / "seed_1", [0.4, 0.8], seed=1)
+    _run(tmp_path / "b", [0.1, 0.3], algo="pg", lr=3e-4)
     out = tmp_path / "cmp"
     assert main(["report", str(tmp_path / "sweep-a"), "--compare", str(tmp_path / "b"), "--out", str(out)]) == 0
     saved = json.loads((out / "compare.json").read_text())
     assert saved["groups"]["sweep-a"]["final"]["mean"] == pytest.approx(0.9)
     assert "compare_success.png" in saved["figures"] and (out / "compare_success.png").stat().st_size > 1000
     assert "| sweep-a (n=2) | 0.900 ± 0.100" in capsys.readouterr().out
+    # what each group ran, and the command, travel with the table into the README
+    assert saved["command"] == f"teamtr report {tmp_path / 'sweep-a'} --compare {tmp_path / 'b'} --threshold 0.9 --out {out}"
+    a, b = saved["groups"]["sweep-a"]["settings"], saved["groups"]["b"]["settings"]
+    assert a["seeds"] == [0, 1] and a["algo.name"] == "ppo" and b["algo.name"] == "pg" and b["algo.lr"] == 3e-4
+    assert a["env"] == {"name": "escape-room", "agents": 3}
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tables", Path(__file__).resolve().parent.parent / "benchmarks/tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    text = tables.compare([str(out / "compare.json")])  # the README block benchmarks/tables.py writes
+    assert "escape-room (`agents=3`)" in text and f"`{saved['command']}`" in text
+    assert "| sweep-a | ppo | 3e-05 | 0, 1 | 0.900 ± 0.100 |" in text
+    assert "| b | pg | 0.0003 | 0 | 0.300 ± 0.000 |" in text

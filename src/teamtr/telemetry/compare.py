@@ -110,13 +110,31 @@ def _mean_std(values: list[Any]) -> dict[str, Any]:
             "values": values}
 
 
+#: The settings a comparison's table shows per group (what the runs were asked to do).
+SETTINGS = ("env", "algo.name", "algo.lr", "algo.clip_eps", "algo.target_kl", "algo.epochs", "model.init",
+            "train.iterations", "rollout.episodes")
+
+
+def group_settings(runs: Sequence[Path]) -> dict[str, Any]:
+    """The ``SETTINGS`` of a group's runs (from their resolved configs; a setting that differs between
+    runs of one group lists every value) and their seeds."""
+    configs = [read_config(run) or {} for run in runs]
+    out: dict[str, Any] = {"seeds": [config_value(c, "seed") for c in configs]}
+    for key in SETTINGS:
+        values = [config_value(c, key) for c in configs]
+        out[key] = values[0] if all(v == values[0] for v in values) else values
+    return out
+
+
 def summarise(groups: dict[str, list[Path]], threshold: float = 0.9) -> dict[str, Any]:
-    """Per group: the runs' summaries and mean ± std of each number (``None`` values left out)."""
+    """Per group: the runs' summaries, their settings and mean ± std of each number (``None`` values
+    left out)."""
     table: dict[str, Any] = {}
     for label, runs in groups.items():
         summaries = [run_summary(run, threshold) for run in runs]
         keys = [k for k in summaries[0] if k not in ("run", "iterations")]
-        table[label] = {"runs": summaries, **{k: _mean_std([s[k] for s in summaries]) for k in keys}}
+        table[label] = {"runs": summaries, "settings": group_settings(runs),
+                        **{k: _mean_std([s[k] for s in summaries]) for k in keys}}
     return table
 
 
@@ -170,7 +188,7 @@ def _cell(stat: dict[str, Any]) -> str:
 
 def table_markdown(table: dict[str, Any]) -> str:
     """The summary as a Markdown table (a cell with fewer runs than its group says how many in brackets)."""
-    keys = [k for k in next(iter(table.values())) if k != "runs"]
+    keys = [k for k in next(iter(table.values())) if k not in ("runs", "settings")]
     lines = ["| runs | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for label, row in table.items():
         lines.append(f"| {label} (n={len(row['runs'])}) | " + " | ".join(_cell(row[k]) for k in keys) + " |")
@@ -198,13 +216,15 @@ def group_runs(runs: Sequence[str | Path], labels: Sequence[str] | None = None) 
 
 
 def write_comparison(runs: Sequence[str | Path], out: str | Path, labels: Sequence[str] | None = None,
-                     threshold: float = 0.9) -> dict[str, Any]:
-    """Figures, ``compare.json`` and ``compare.md`` in ``out``; returns the table."""
+                     threshold: float = 0.9, command: str = "") -> dict[str, Any]:
+    """Figures, ``compare.json`` (with ``command``, the one that made it) and ``compare.md`` in ``out``;
+    returns the table."""
     groups = group_runs(runs, labels)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     table = summarise(groups, threshold)
     figures = [file for file, metric, kind in CURVES if _draw(groups, metric, kind, out / file)]
-    write_json(out / "compare.json", {"threshold": threshold, "figures": figures, "groups": table})
+    write_json(out / "compare.json", {"command": command, "threshold": threshold, "figures": figures,
+                                      "groups": table})
     atomic_write_text(out / "compare.md", table_markdown(table))
     return table
