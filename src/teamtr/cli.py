@@ -266,66 +266,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def sweep_summary(runs: dict[int, Path]) -> dict[str, Any]:
-    """Per policy and metric: mean, std (population) and the per-seed values of the runs' final tables."""
-    import statistics
-
-    finals = {seed: json.loads((run / "final_eval.json").read_text())["rows"] for seed, run in runs.items()}
-    rows: dict[str, dict[str, dict[str, Any]]] = {}
-    for policy in next(iter(finals.values()), {}):
-        for metric in finals[next(iter(finals))][policy]:
-            values = [finals[s][policy][metric] for s in finals if metric in finals[s].get(policy, {})]
-            rows.setdefault(policy, {})[metric] = {"mean": statistics.fmean(values),
-                                                   "std": statistics.pstdev(values), "values": values}
-    return {"seeds": sorted(runs), "runs": {s: str(r) for s, r in runs.items()}, "rows": rows}
-
-
-def _sweep_parallel(args: argparse.Namespace, todo: dict[int, Path]) -> None:
-    """Train ``todo``'s seeds ``args.parallel`` at a time, each a ``teamtr train`` child process with
-    its share of the CPU threads (OMP_NUM_THREADS, unless already set) and its output in
-    ``SWEEP/seed_N.log``. Waits for every child; raises naming each seed that failed and its log."""
-    import os
-    import subprocess
-    import time
-
-    threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // args.parallel))
-    env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    queue, live, failed = list(todo.items()), {}, []
-    try:
-        while queue or live:
-            while queue and len(live) < args.parallel:
-                seed, run = queue.pop(0)
-                resume = (run / "config.yaml").is_file()
-                argv = [sys.executable, "-m", "teamtr.cli", "train"]
-                argv += ["--resume", str(run)] if resume else ["--config", args.config]
-                for item in [*args.set, *([] if resume else [f"seed={seed}", f"run_dir={run}"])]:
-                    argv += ["--set", item]
-                log = run.parent / f"{run.name}.log"
-                log.parent.mkdir(parents=True, exist_ok=True)
-                with open(log, "ab") as sink:
-                    live[seed] = (subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env), log)
-                print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else "")
-                      + f", {threads} thread(s), log {log}", flush=True)
-            time.sleep(1.0)
-            for seed, (proc, log) in list(live.items()):
-                if proc.poll() is not None:
-                    del live[seed]
-                    print(f"sweep: seed {seed} " + ("finished" if proc.returncode == 0 else
-                                                    f"failed (exit {proc.returncode}; see {log})"), flush=True)
-                    if proc.returncode != 0:
-                        failed.append((seed, log))
-    except KeyboardInterrupt:
-        for proc, _ in live.values():  # each child finishes its write in flight and keeps its run resumable
-            proc.wait()
-        raise
-    if failed:
-        raise TeamTRError("sweep: " + "; ".join(f"seed {s} failed, see {log}" for s, log in failed)
-                          + ". Fix the cause and run the same sweep again: finished seeds are kept.")
-
-
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Train one run per seed (one after another, or ``--parallel N`` at a time); a killed sweep
     continues where it stopped."""
+    from teamtr.train.sweep import sweep_summary, train_parallel
+
     load_config(args.config, args.set)  # a bad config fails before the first run starts
     out = Path(args.out or f"runs/sweep-{Path(args.config).stem}")
     runs: dict[int, Path] = {seed: out / f"seed_{seed}" for seed in args.seeds}
@@ -336,7 +281,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         else:
             todo[seed] = run
     if args.parallel > 1 and len(todo) > 1:
-        _sweep_parallel(args, todo)
+        train_parallel(args.config, args.set, todo, args.parallel)
     else:
         for seed, run in todo.items():
             sets = [*args.set, f"seed={seed}", f"run_dir={run}"]
@@ -451,6 +396,20 @@ def _add_report(sub: Any) -> None:
     rp.add_argument("--out", help="where --compare writes its figures and table (default runs/compare)")
 
 
+def _add_sweep(sub: Any) -> None:
+    sw = _sub(sub, "sweep", "train one run per seed, one after another or N at a time (resumable), then mean ± std",
+              "  teamtr sweep default --seeds 0 1 2 --set algo.name=trpo --out runs/trpo\n"
+              "  teamtr sweep software_team --seeds 0 1 --parallel 2   # 2 seeds at once, 1 thread each on 2 cores\n", cmd_sweep)
+    sw.add_argument("config", help="a YAML file or a shipped config")
+    sw.add_argument("--seeds", nargs="+", type=int, required=True)
+    sw.add_argument("--out", help="the sweep's directory (default runs/sweep-CONFIG); one run per seed inside")
+    sw.add_argument("--json", help="also write the summary (with the resolved config) here, e.g. results/X.json")
+    sw.add_argument("--parallel", type=_positive_int, default=1, metavar="N",
+                    help="train N seeds at a time, each a child process with 1/N of the CPU threads and its "
+                         "log in OUT/seed_S.log (default 1: one after another, in this process)")
+    _add_set(sw)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from teamtr import __version__
 
@@ -482,17 +441,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--suite", default="heldout", choices=("heldout", "generalisation"))
     _add_set(ev)
     ev.add_argument("--json", metavar="FILE", help="also write the table as JSON")
-    sw = _sub(sub, "sweep", "train one run per seed, one after another or N at a time (resumable), then mean ± std",
-              "  teamtr sweep default --seeds 0 1 2 --set algo.name=trpo --out runs/trpo\n"
-              "  teamtr sweep software_team --seeds 0 1 --parallel 2   # 2 seeds at once, 1 thread each on 2 cores\n", cmd_sweep)
-    sw.add_argument("config", help="a YAML file or a shipped config")
-    sw.add_argument("--seeds", nargs="+", type=int, required=True)
-    sw.add_argument("--out", help="the sweep's directory (default runs/sweep-CONFIG); one run per seed inside")
-    sw.add_argument("--json", help="also write the summary (with the resolved config) here, e.g. results/X.json")
-    sw.add_argument("--parallel", type=_positive_int, default=1, metavar="N",
-                    help="train N seeds at a time, each a child process with 1/N of the CPU threads and its "
-                         "log in OUT/seed_S.log (default 1: one after another, in this process)")
-    _add_set(sw)
+    _add_sweep(sub)
     cf = _sub(sub, "config", "print a shipped or given config, resolved with --set overrides",
               "  teamtr config show default --set algo.lr=1e-4\n  teamtr config list\n", cmd_config)
     cf.add_argument("action", choices=("show", "list"))
