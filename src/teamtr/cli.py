@@ -196,10 +196,11 @@ def _train_config(args: argparse.Namespace) -> Config:
 
 
 def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
-    """The end-of-run table on held-out seeds: trained, bc (the behaviour-cloned adapter before RL, when
-    the run cloned and then trained), zero-shot, random and the world's expert (``oracle``, or
-    ``heuristic``), on the trainer's model (zero-shot: its adapter switched off; bc: the ``RUN/bc``
-    snapshot in its place); the coordinator rows direct in the run's ``team.directives`` mode."""
+    """The end-of-run table on held-out seeds: trained, bc (the warm start before RL, ``RUN/bc``: the
+    run's behaviour clone or the ``model.init`` adapter, when RL then ran), zero-shot, random and the
+    world's expert (``oracle``, or ``heuristic``), on the trainer's model (zero-shot: its adapter
+    switched off; bc: the ``RUN/bc`` snapshot in its place); the coordinator rows direct in the run's
+    ``team.directives`` mode."""
     from teamtr.envs import world_class
 
     env = config.env.name
@@ -209,8 +210,8 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
                                             coordinator=trainer.coordinator, hierarchy=config.team.hierarchy,
                                             **directing(config))
     bc_dir = Path(config.run_dir) / "bc"
-    if config.bc.enabled and config.train.iterations > 0 and bc_dir.is_dir() and not config.team.hierarchy.enabled:
-        # the warm-up alone beside BC + RL: the seed's "does behaviour cloning help" in one table
+    if config.train.iterations > 0 and bc_dir.is_dir() and not config.team.hierarchy.enabled:
+        # the warm start alone (this run's clone, or model.init's adapter) beside it + RL, in one table
         cloned = eval_policies.ClonedPolicy(trainer.coordinator, trainer.coordinator.read_adapter(bc_dir),
                                             **directing(config))
         policies = {"trained": policies.pop("trained"), "bc": cloned, **policies}
