@@ -421,6 +421,10 @@ def test_model_init_starts_from_another_runs_adapter_as_the_warm_start(tmp_path)
     rollout, _, _ = trainer.collect()
     assert torch.equal(rollout.ref_logp[rollout.mask], rollout.logp[rollout.mask])  # KL against the init
     trainer.run()
+    from teamtr.cli import final_table
+
+    rows = final_table(trainer, config(tmp_path, *sets, "train.final_eval_episodes=1", "train.final_zero_shot_episodes=0"))
+    assert list(rows)[:2] == ["trained", "bc"]  # the warm start alone beside it + RL
     trainer.close()
     resumed = Trainer(config(tmp_path, *sets, "train.iterations=3"), resume=True)
     assert resumed.iteration == 2 and resumed.bc_state is not None
