@@ -37,7 +37,8 @@ AGENT_COLUMNS = (("success", "success"), ("return", "return"), ("comm_effectiven
                  ("reply_invalid", "unusable replies / episode"), ("remote_fallback", "fallbacks / episode"),
                  ("seconds", "seconds"))
 COMPARE_COLUMNS = (("final", "final success"), ("best", "best"), ("worst_drop", "worst drop"),
-                   ("collapsed", "collapsed"), ("kl_per_update", "KL per update"))
+                   ("collapsed", "collapsed"), ("kl_per_update", "KL per update"),
+                   ("last_return", "last return"), ("last_entropy", "last entropy"))
 
 
 def _load(path: str) -> dict[str, Any]:

@@ -84,6 +84,8 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     a, b = saved["groups"]["sweep-a"]["settings"], saved["groups"]["b"]["settings"]
     assert a["seeds"] == [0, 1] and a["algo.name"] == "ppo" and b["algo.name"] == "pg" and b["algo.lr"] == 3e-4
     assert a["env"] == {"name": "escape-room", "agents": 3}
+    assert saved["groups"]["b"]["last_return"]["mean"] == pytest.approx(3.0)  # 10 x the last success, 0.3
+    assert saved["groups"]["b"]["last_entropy"]["mean"] is None  # not logged by these runs: "-" in the table
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("tables", Path(__file__).resolve().parent.parent / "benchmarks/tables.py")

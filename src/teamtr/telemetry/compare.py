@@ -12,6 +12,8 @@ it. The table gives, per group, mean ± std over runs of:
 - ``collapsed``: 1 when the training success fell below half its best and never came back above it
   (the trust-region claim's collapse count sums this over runs);
 - ``kl_per_update``: mean KL(old || new) of the updates;
+- ``last_return`` / ``last_entropy``: the last iteration's mean training return and policy entropy (an
+  entropy that fell while return did not rise is a policy collapsing onto a few choices);
 - ``decisions_to_X`` / ``seconds_to_X``: samples (behaviour-cloning demonstrations plus rollout
   decisions) and wall time until the training success first reached ``X`` (null: never).
 """
@@ -90,6 +92,8 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
     _, success = metric_series(records, SUCCESS)
     _, evals = metric_series(records, "eval/success", kind="eval")
     _, kl = metric_series(records, "policy/kl_old_new")
+    _, returns = metric_series(records, "episode/return")
+    _, entropy = metric_series(records, "policy/entropy")
     samples, seconds = _first_reach(records, read_config(run), threshold)
     key = f"{threshold:g}"
     return {
@@ -98,6 +102,7 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
         "worst_drop": worst_drop(success) if success else None,
         "collapsed": float(collapsed(success)) if success else None,
         "kl_per_update": statistics.fmean(kl) if kl else None,
+        "last_return": returns[-1] if returns else None, "last_entropy": entropy[-1] if entropy else None,
         f"decisions_to_{key}": samples, f"seconds_to_{key}": seconds,
     }
 
