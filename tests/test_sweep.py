@@ -61,6 +61,14 @@ def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_
             for metric, value in want[policy].items():
                 assert abs(got[policy][metric] - value) < 1e-6, (policy, metric)
     assert json.loads((parallel / "sweep.json").read_text())["seeds"] == [0, 1]
+    for seed in (0, 1):  # killed before their tables: both resume as children, with the same final tables
+        (parallel / f"seed_{seed}" / "final_eval.json").unlink()
+    assert main(["sweep", "default", "--seeds", "0", "1", "--out", str(parallel), "--parallel", "2", *TINY]) == 0
+    assert capsys.readouterr().out.count("(resuming)") == 2
+    for seed in (0, 1):
+        want = json.loads((serial / f"seed_{seed}" / "final_eval.json").read_text())["rows"]
+        got = json.loads((parallel / f"seed_{seed}" / "final_eval.json").read_text())["rows"]
+        assert abs(got["trained"]["return"] - want["trained"]["return"]) < 1e-6
 
     broken = tmp_path / "broken"
     (broken / "seed_1").mkdir(parents=True)

@@ -457,8 +457,12 @@ def test_bc_cosine_schedule_warms_up_then_decays_to_zero_and_constant_keeps_the_
 
 
 def test_bc_schedule_rejects_an_unknown_name(tmp_path):
-    with pytest.raises(Exception, match="schedule"):
+    with pytest.raises(TeamTRError, match="'bc.schedule' = 'linear': Input should be 'constant' or 'cosine'"):
         config(tmp_path, "bc.schedule=linear")
+    from teamtr.train.bc import behaviour_clone
+
+    with pytest.raises(TeamTRError, match="bc.schedule: 'linear' is not a schedule; use constant or cosine"):
+        behaviour_clone(None, [], epochs=1, batch_size=1, lr=1.0, schedule="linear")  # checked before any work
 
 
 def test_final_table_has_a_bc_row_scored_with_the_cloned_snapshot(tmp_path):

@@ -41,9 +41,9 @@ def train_parallel(config: str, sets: Sequence[str], todo: dict[int, Path], para
             while queue and len(live) < parallel:
                 seed, run = queue.pop(0)
                 resume = (run / "config.yaml").is_file()
-                argv = [sys.executable, "-m", "teamtr.cli", "train"]
-                argv += ["--resume", str(run)] if resume else ["--config", config]
-                for item in [*sets, *([] if resume else [f"seed={seed}", f"run_dir={run}"])]:
+                argv = [sys.executable, "-m", "teamtr.cli", "train",
+                        *(["--resume", str(run)] if resume else ["--config", config])]
+                for item in [*sets, f"seed={seed}", f"run_dir={run}"]:  # as the serial sweep passes them
                     argv += ["--set", item]
                 log = run.parent / f"{run.name}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
