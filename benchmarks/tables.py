@@ -102,12 +102,15 @@ def compare(files: list[str]) -> str:
         world = f"{env.pop('name')} ({_options(env)})" if env else "worlds differ per group"
         out.append(f"`{d.get('command') or 'teamtr report --compare'}`: {world}; success of the sampled "
                    f"training episodes per iteration; final = the end-of-run table's greedy success (`{f}`)\n")
-        out.append("| runs | algorithm | LR | seeds | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |")
+        out.append("| runs | algorithm | LR (TRPO: KL bound) | seeds | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |")
         out.append("|---" * (len(COMPARE_COLUMNS) + 4) + "|")
         for label, row in groups.items():
             st = row.get("settings", {})
             seeds = st.get("seeds") or []
-            out.append(f"| {label} | {st.get('algo.name', '-')} | {st.get('algo.lr', '-')} | "
+            # TRPO's policy step is set by its KL bound; it ignores algo.lr (its value head steps at algo.value_lr)
+            step = f"δ = {st['algo.trpo_delta']}" if st.get("algo.name") == "trpo" and st.get("algo.trpo_delta") \
+                else st.get("algo.lr", "-")
+            out.append(f"| {label} | {st.get('algo.name', '-')} | {step} | "
                        f"{', '.join(map(str, seeds)) or '-'} | "
                        + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS) + " |")
         out.append("")

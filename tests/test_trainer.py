@@ -495,3 +495,22 @@ def test_final_table_has_a_bc_row_scored_with_the_cloned_snapshot(tmp_path):
     want_probs = [p for e in want for s in e["steps"] for p in s["probs"]]
     assert got == pytest.approx(want_probs, abs=1e-5)
     assert max(abs(a - b) for a, b in zip(got, trained)) > 1e-4  # RL moved the policy off the snapshot
+
+
+def test_final_bc_episodes_sizes_or_skips_the_bc_row(tmp_path):
+    """train.final_bc_episodes: 0 leaves the bc row out (runs sharing one warm start evaluate it once);
+    a number caps its episodes like the zero-shot row's; final_eval.json records the counts."""
+    import json
+
+    from teamtr.cli import final_table
+
+    for n, want in ((0, ["trained", "zero-shot", "random", "oracle"]), (1, ["trained", "bc", "zero-shot", "random", "oracle"])):
+        run = tmp_path / f"n{n}"
+        cfg = config(run, "bc.enabled=true", "bc.demos=8", "bc.epochs=1", "bc.batch_size=8", "train.iterations=1",
+                     "train.final_eval_episodes=2", "train.final_zero_shot_episodes=1", f"train.final_bc_episodes={n}")
+        with Trainer(cfg) as trainer:
+            trainer.run()
+            rows = final_table(trainer, cfg)
+        assert list(rows) == want
+        counts = json.loads((run / "run" / "final_eval.json").read_text())["episodes"]
+        assert counts["bc"] == n and counts["trained"] == 2 and counts["zero-shot"] == 1

@@ -219,6 +219,8 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     n = config.train.final_eval_episodes
     counts = {name: n for name in policies}
     counts["zero-shot"] = min(n, config.train.final_zero_shot_episodes)
+    if "bc" in counts and config.train.final_bc_episodes is not None:
+        counts["bc"] = min(n, config.train.final_bc_episodes)
     off = config.train.eval_seed_offset
     rows: dict[str, dict[str, float]] = {}
     transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer

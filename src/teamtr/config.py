@@ -266,6 +266,9 @@ class TrainConfig(_Section):
     keep_checkpoints: int = Field(2, ge=1)
     final_eval_episodes: int = Field(200, ge=0)  # held-out seeds for the end-of-run table
     final_zero_shot_episodes: int = Field(50, ge=0)  # zero-shot fails every episode at full length: the priciest row
+    #: the bc row (the warm start alone, for runs that clone or start from model.init): None = as many as
+    #: final_eval_episodes; 0 skips it, e.g. in a sweep whose runs share one warm start evaluated once
+    final_bc_episodes: int | None = Field(None, ge=0)
     eval_seed_offset: int = Field(1_000_000, ge=1)  # held-out seeds start here; training seeds below
     #: world options over env's for every evaluation (periodic and final), e.g. {horizon: 400} while
     #: training episodes are shorter: the table measures the task itself
