@@ -78,3 +78,57 @@ def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_
     assert "seed 1 failed, see" in err and "seed_1.log" in err and "seed 0" not in err
     assert (broken / "seed_0" / "final_eval.json").is_file()  # the other seed still finished
     assert "holds files that are not a TeamTR run" in (broken / "seed_1.log").read_text()
+
+
+def test_grid_cells_cross_values_and_reject_bad_grids():
+    import pytest
+
+    from teamtr.core import TeamTRError
+    from teamtr.train.sweep import grid_cells
+
+    assert grid_cells([]) == [("", [])]
+    assert grid_cells(["algo.name=pg,ppo", "algo.lr=3e-5,3e-4"]) == [
+        ("name=pg_lr=3e-5", ["algo.name=pg", "algo.lr=3e-5"]), ("name=pg_lr=3e-4", ["algo.name=pg", "algo.lr=3e-4"]),
+        ("name=ppo_lr=3e-5", ["algo.name=ppo", "algo.lr=3e-5"]), ("name=ppo_lr=3e-4", ["algo.name=ppo", "algo.lr=3e-4"])]
+    # two keys ending alike keep their full names; a list value keeps its commas; / leaves the label
+    assert [c for c, _ in grid_cells(["algo.lr=1e-3", "bc.lr=2e-3"])] == ["algo.lr=1e-3_bc.lr=2e-3"]
+    assert grid_cells(["env.layout=[a,b],c", "model.init=runs/x/bc"]) == [
+        ("layout=-a-b-_init=runs-x-bc", ["env.layout=[a,b]", "model.init=runs/x/bc"]),
+        ("layout=c_init=runs-x-bc", ["env.layout=c", "model.init=runs/x/bc"])]
+    for grid, sets, message in ((["algo.lr"], [], "write KEY=V1,V2"), (["algo.lr=1e-3,"], [], "no empty value"),
+                                (["algo.lr=1,2", "algo.lr=3"], [], "given twice"),
+                                (["algo.lr=1,1"], [], "listed twice"),
+                                (["algo.lr=1,2"], ["algo.lr=3"], "both in --grid and in --set")):
+        with pytest.raises(TeamTRError, match=message):
+            grid_cells(grid, sets)
+
+
+def test_grid_sweep_trains_every_cell_and_seed_and_resumes(tmp_path, capsys):
+    """--grid: one directory per combination, a run per seed inside with that cell's settings, a
+    sweep.json per cell and one for the grid; run again, it trains nothing; a bad grid value fails
+    before any run starts."""
+    out = tmp_path / "grid"
+    argv = ["sweep", "default", "--seeds", "0", "1", "--grid", "algo.name=pg,ppo", "--out", str(out),
+            "--parallel", "2", *TINY]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    for name in ("pg", "ppo"):
+        for seed in (0, 1):
+            config = (out / f"name={name}" / f"seed_{seed}" / "config.yaml").read_text()
+            assert f"  name: {name}" in config and f"seed: {seed}" in config.splitlines()
+            assert f"name={name} seed {seed} finished" in printed
+        cell = json.loads((out / f"name={name}" / "sweep.json").read_text())
+        assert cell["cell"] == [f"algo.name={name}"] and cell["config"]["algo"]["name"] == name
+        assert cell["seeds"] == [0, 1]
+    grid = json.loads((out / "sweep.json").read_text())
+    assert list(grid["cells"]) == ["name=pg", "name=ppo"] and grid["grid"] == ["algo.name=pg,ppo"]
+    assert grid["command"].startswith("teamtr sweep default --seeds 0 1 --grid algo.name=pg,ppo --set ")
+    assert f"teamtr report {out / 'name=pg'} --compare {out / 'name=ppo'}" in printed
+    pg = [json.loads((out / "name=pg" / f"seed_{s}" / "final_eval.json").read_text())["rows"] for s in (0, 1)]
+    assert grid["cells"]["name=pg"]["rows"]["trained"]["return"]["values"] == [r["trained"]["return"] for r in pg]
+
+    assert main(argv) == 0  # everything done: nothing trains again
+    assert capsys.readouterr().out.count(" done (") == 4
+    assert main(["sweep", "default", "--seeds", "0", "--grid", "algo.name=pg,nope", "--out", str(tmp_path / "bad"),
+                 *TINY]) == 2
+    assert "algo.name" in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -270,41 +270,62 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    """Train one run per seed (one after another, or ``--parallel N`` at a time); a killed sweep
-    continues where it stopped."""
-    from teamtr.train.sweep import sweep_summary, train_parallel
+    """Train one run per seed, or per grid cell and seed (one after another, or ``--parallel N`` at a
+    time); a killed sweep continues where it stopped."""
+    from teamtr.train.sweep import grid_cells, sweep_summary, train_parallel
 
-    load_config(args.config, args.set)  # a bad config fails before the first run starts
+    cells = grid_cells(args.grid or [], args.set)
+    for _, cell_sets in cells:
+        load_config(args.config, [*args.set, *cell_sets])  # a bad config or grid value fails before any run
     out = Path(args.out or f"runs/sweep-{Path(args.config).stem}")
-    runs: dict[int, Path] = {seed: out / f"seed_{seed}" for seed in args.seeds}
-    todo: dict[int, Path] = {}
-    for seed, run in runs.items():
-        if (run / "final_eval.json").is_file():
-            print(f"sweep: seed {seed} done ({run})")
-        else:
-            todo[seed] = run
-    if args.parallel > 1 and len(todo) > 1:
-        train_parallel(args.config, args.set, todo, args.parallel)
+    runs = {label: {seed: (out / label if label else out) / f"seed_{seed}" for seed in args.seeds}
+            for label, _ in cells}
+    jobs: list[tuple[str, list[str], Path]] = []
+    for label, cell_sets in cells:
+        for seed, run in runs[label].items():
+            name = f"{label} seed {seed}" if label else f"seed {seed}"
+            if (run / "final_eval.json").is_file():
+                print(f"sweep: {name} done ({run})")
+            else:
+                jobs.append((name, [*args.set, *cell_sets, f"seed={seed}", f"run_dir={run}"], run))
+    if args.parallel > 1 and len(jobs) > 1:
+        train_parallel(args.config, jobs, args.parallel)
     else:
-        for seed, run in todo.items():
-            sets = [*args.set, f"seed={seed}", f"run_dir={run}"]
+        for name, sets, run in jobs:
             resume = (run / "config.yaml").is_file()
-            print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else ""))
+            print(f"sweep: {name} -> {run}" + (" (resuming)" if resume else ""))
             cmd_train(argparse.Namespace(config=args.config, set=sets, resume=str(run) if resume else None,
                                          overwrite=False))
-    resolved = load_config(args.config, args.set).model_dump(mode="json")
-    summary = {"command": " ".join(["teamtr sweep", args.config, "--seeds", *map(str, args.seeds),
-                                    *(f"--set {s}" for s in args.set)]),
-               "config": {k: v for k, v in resolved.items() if k not in ("seed", "run_dir")}, **sweep_summary(runs)}
-    write_json(out / "sweep.json", summary)
+    command = " ".join(["teamtr sweep", args.config, "--seeds", *map(str, args.seeds),
+                        *(f"--grid {g}" for g in args.grid or []), *(f"--set {s}" for s in args.set)])
+    summaries: dict[str, Any] = {}
+    for label, cell_sets in cells:
+        resolved = load_config(args.config, [*args.set, *cell_sets]).model_dump(mode="json")
+        summary = {"command": command, **({"cell": cell_sets} if label else {}),
+                   "config": {k: v for k, v in resolved.items() if k not in ("seed", "run_dir")},
+                   **sweep_summary(runs[label])}
+        write_json((out / label if label else out) / "sweep.json", summary)
+        summaries[label] = summary
+    if args.grid:  # every cell's summary in one file, and a line per cell
+        result = {"command": command, "grid": list(args.grid), "seeds": list(args.seeds), "cells": summaries}
+        write_json(out / "sweep.json", result)
+    else:
+        result = summaries[""]
     if args.json:
-        write_json(Path(args.json), summary)
+        write_json(Path(args.json), result)
         print(f"wrote {args.json}")
-    print(f"\n{len(runs)} seeds ({', '.join(map(str, args.seeds))}): mean ± std of the final tables")
-    for policy, metrics in summary["rows"].items():
-        shown = ", ".join(f"{m} {v['mean']:.3f} ± {v['std']:.3f}" for m, v in metrics.items()
-                          if m in ("success", "return", "length"))
-        print(f"  {policy:<10} {shown}")
+    print(f"\n{len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}): mean ± std of the final tables")
+    for label, summary in summaries.items():
+        if label:
+            print(f" {label} ({out / label})")
+        for policy, metrics in summary["rows"].items():
+            shown = ", ".join(f"{m} {v['mean']:.3f} ± {v['std']:.3f}" for m, v in metrics.items()
+                              if m in ("success", "return", "length"))
+            print(f"  {policy:<10} {shown}")
+    if args.grid:
+        dirs = [str(out / label) for label, _ in cells]
+        print(f"curves and the comparison table: teamtr report {dirs[0]}"
+              + (f" --compare {' '.join(dirs[1:])}" if len(dirs) > 1 else ""))
     print(f"wrote {out / 'sweep.json'}")
     return 0
 
@@ -400,15 +421,22 @@ def _add_report(sub: Any) -> None:
 
 
 def _add_sweep(sub: Any) -> None:
-    sw = _sub(sub, "sweep", "train one run per seed, one after another or N at a time (resumable), then mean ± std",
+    sw = _sub(sub, "sweep", "train one run per seed (or per grid cell and seed), one after another or N at a time "
+                          "(resumable), then mean ± std",
               "  teamtr sweep default --seeds 0 1 2 --set algo.name=trpo --out runs/trpo\n"
-              "  teamtr sweep software_team --seeds 0 1 --parallel 2   # 2 seeds at once, 1 thread each on 2 cores\n", cmd_sweep)
+              "  teamtr sweep software_team --seeds 0 1 --parallel 2   # 2 seeds at once, 1 thread each on 2 cores\n"
+              "  teamtr sweep trust_region --seeds 0 1 2 --grid algo.name=pg,ppo,grpo --grid algo.lr=3e-5,3e-4 \\\n"
+              "      --set model.init=runs/tr-init/bc --parallel 2 --out runs/tr   # 2 x 3 cells x 3 seeds\n", cmd_sweep)
     sw.add_argument("config", help="a YAML file or a shipped config")
     sw.add_argument("--seeds", nargs="+", type=int, required=True)
-    sw.add_argument("--out", help="the sweep's directory (default runs/sweep-CONFIG); one run per seed inside")
+    sw.add_argument("--out", help="the sweep's directory (default runs/sweep-CONFIG); one run per seed inside "
+                                  "(with --grid: OUT/CELL/seed_S, e.g. OUT/name=pg_lr=3e-4/seed_0)")
+    sw.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                    help="a setting to vary (repeatable): every combination of the grids' values is trained "
+                         "for every seed, each in its own directory with its own sweep.json")
     sw.add_argument("--json", help="also write the summary (with the resolved config) here, e.g. results/X.json")
     sw.add_argument("--parallel", type=_positive_int, default=1, metavar="N",
-                    help="train N seeds at a time, each a child process with 1/N of the CPU threads and its "
+                    help="train N runs at a time, each a child process with 1/N of the CPU threads and its "
                          "log in OUT/seed_S.log (default 1: one after another, in this process)")
     _add_set(sw)
 

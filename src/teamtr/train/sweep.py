@@ -1,10 +1,12 @@
-"""``teamtr sweep``'s parts: seeds trained N at a time as child processes, and the mean ± std table of
-their end-of-run tables."""
+"""``teamtr sweep``'s parts: a grid of settings (``--grid KEY=V1,V2``) crossed with seeds, runs trained
+N at a time as child processes, and the mean ± std table of their end-of-run tables."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -28,41 +30,88 @@ def sweep_summary(runs: dict[int, Path]) -> dict[str, Any]:
     return {"seeds": sorted(runs), "runs": {s: str(r) for s, r in runs.items()}, "rows": rows}
 
 
-def train_parallel(config: str, sets: Sequence[str], todo: dict[int, Path], parallel: int) -> None:
-    """Train ``todo``'s seeds (seed -> run directory) ``parallel`` at a time, each a ``teamtr train``
-    child process of ``config`` with ``sets``, its share of the CPU threads (OMP_NUM_THREADS, unless
-    already set) and its output in ``SWEEP/seed_N.log``. Waits for every child; raises naming each seed
-    that failed and its log."""
+def _split_values(text: str) -> list[str]:
+    """``a,b,[c,d]`` -> ``["a", "b", "[c,d]"]``: commas inside brackets or braces belong to a value."""
+    values, depth, start = [], 0, 0
+    for i, ch in enumerate(text):
+        depth += ch in "[{"
+        depth -= ch in "]}"
+        if ch == "," and depth == 0:
+            values.append(text[start:i])
+            start = i + 1
+    values.append(text[start:])
+    return [v.strip() for v in values]
+
+
+def grid_cells(grid: Sequence[str], sets: Sequence[str] = ()) -> list[tuple[str, list[str]]]:
+    """``--grid KEY=V1,V2 ...`` -> one ``(label, [KEY=V, ...])`` per combination, the first key varying
+    slowest; the label (a directory name) reads ``name=pg_lr=3e-4`` (each key's last part, unless two keys
+    share it). No grid: one unlabelled cell. Raises on a malformed item, an empty value, a key given twice
+    or a key that ``--set`` also fixes."""
+    if not grid:
+        return [("", [])]
+    keys: list[str] = []
+    choices: list[list[str]] = []
+    fixed = {item.partition("=")[0].strip() for item in sets}
+    for item in grid:
+        key, eq, text = item.partition("=")
+        key = key.strip()
+        values = _split_values(text) if eq else []
+        if not key or not eq or not all(values):
+            raise TeamTRError(f"sweep --grid {item!r}: write KEY=V1,V2,... with no empty value, e.g. "
+                              "--grid algo.name=pg,ppo --grid algo.lr=3e-5,3e-4")
+        if key in keys:
+            raise TeamTRError(f"sweep --grid: {key!r} is given twice; list all its values in one --grid {key}=...")
+        if key in fixed:
+            raise TeamTRError(f"sweep: {key!r} is both in --grid and in --set; drop one of them")
+        if len(set(values)) != len(values):
+            raise TeamTRError(f"sweep --grid {item!r}: a value is listed twice")
+        keys.append(key)
+        choices.append(values)
+    short = [k.rsplit(".", 1)[-1] for k in keys]
+    names = [s if short.count(s) == 1 else k for s, k in zip(short, keys)]
+    cells = []
+    for combo in itertools.product(*choices):
+        label = "_".join(f"{n}={v}" for n, v in zip(names, combo))
+        cells.append((re.sub(r"[^\w.=+-]", "-", label), [f"{k}={v}" for k, v in zip(keys, combo)]))
+    return cells
+
+
+def train_parallel(config: str, jobs: Sequence[tuple[str, Sequence[str], Path]], parallel: int) -> None:
+    """Train ``jobs`` (name, ``--set`` items, run directory) ``parallel`` at a time, each a ``teamtr
+    train`` child process of ``config`` (or ``--resume`` of its run, when started), its share of the CPU
+    threads (OMP_NUM_THREADS, unless already set) and its output in ``RUN.log`` beside the run. Waits for
+    every child; raises naming each job that failed and its log."""
     threads = os.environ.get("OMP_NUM_THREADS") or str(max(1, (os.cpu_count() or 1) // parallel))
     env = {**os.environ, "OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
-    queue, live, failed = list(todo.items()), {}, []
+    queue, live, failed = list(jobs), {}, []
     try:
         while queue or live:
             while queue and len(live) < parallel:
-                seed, run = queue.pop(0)
+                name, sets, run = queue.pop(0)
                 resume = (run / "config.yaml").is_file()
                 argv = [sys.executable, "-m", "teamtr.cli", "train",
                         *(["--resume", str(run)] if resume else ["--config", config])]
-                for item in [*sets, f"seed={seed}", f"run_dir={run}"]:  # as the serial sweep passes them
+                for item in sets:  # as the serial sweep passes them
                     argv += ["--set", item]
                 log = run.parent / f"{run.name}.log"
                 log.parent.mkdir(parents=True, exist_ok=True)
                 with open(log, "ab") as sink:
-                    live[seed] = (subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env), log)
-                print(f"sweep: seed {seed} -> {run}" + (" (resuming)" if resume else "")
+                    live[name] = (subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, env=env), log)
+                print(f"sweep: {name} -> {run}" + (" (resuming)" if resume else "")
                       + f", {threads} thread(s), log {log}", flush=True)
             time.sleep(1.0)
-            for seed, (proc, log) in list(live.items()):
+            for name, (proc, log) in list(live.items()):
                 if proc.poll() is not None:
-                    del live[seed]
-                    print(f"sweep: seed {seed} " + ("finished" if proc.returncode == 0 else
-                                                    f"failed (exit {proc.returncode}; see {log})"), flush=True)
+                    del live[name]
+                    print(f"sweep: {name} " + ("finished" if proc.returncode == 0 else
+                                               f"failed (exit {proc.returncode}; see {log})"), flush=True)
                     if proc.returncode != 0:
-                        failed.append((seed, log))
+                        failed.append((name, log))
     except KeyboardInterrupt:
         for proc, _ in live.values():  # each child finishes its write in flight and keeps its run resumable
             proc.wait()
         raise
     if failed:
-        raise TeamTRError("sweep: " + "; ".join(f"seed {s} failed, see {log}" for s, log in failed)
-                          + ". Fix the cause and run the same sweep again: finished seeds are kept.")
+        raise TeamTRError("sweep: " + "; ".join(f"{name} failed, see {log}" for name, log in failed)
+                          + ". Fix the cause and run the same sweep again: finished runs are kept.")
