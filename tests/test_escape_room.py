@@ -145,6 +145,33 @@ def test_task_text_is_static_across_episodes():
     assert world.task == first and "Fail after 14 ticks" in first
 
 
+def test_generic_task_text_names_nothing_and_is_one_text_for_every_episode_name_set_and_team():
+    """task_text: generic: one static prefix for fresh names, held-out names and other team sizes (the
+    state lists agents and items); the episodes are those of the full text, step for step."""
+    tasks = set()
+    for options in ({}, {"names": "heldout"}, {"agents": 2, "items": 2}):
+        world = make("escape-room", names=options.get("names", "fresh"), task_text="generic",
+                     **{k: v for k, v in options.items() if k != "names"})
+        for seed in range(20):
+            world.reset(seed)
+            assert not any(name in world.task for name in world.agents + world.items + world.zones)
+            tasks.add(world.task)
+    assert tasks == {"Escape room. Bring every item listed below to the door in the hall, then one agent opens "
+                     "the door. Each room admits one agent only. An agent keeps its directive until given a new "
+                     "one. Fail after 14 ticks."}
+    full, generic = Team(make("escape-room", names="fresh")), Team(make("escape-room", names="fresh", task_text="generic"))
+    for seed in range(10):
+        a, b, done = full.reset(seed), generic.reset(seed), False
+        assert "Team: " in a.task and a.task != b.task
+        while not done:
+            assert (a.state, [c.text for c in a.candidates], a.expert) == (b.state, [c.text for c in b.candidates], b.expert)
+            a, ra, done, _ = full.step(a.expert)
+            b, rb, _, _ = generic.step(b.expert)
+            assert ra == rb
+    with pytest.raises(TeamTRError, match="task_text='short' is not allowed; allowed: full, generic"):
+        make("escape-room", task_text="short")
+
+
 def _renamed(text, fresh, default):
     """``text`` with each fresh name put back to the default name in the same position."""
     pairs = [(f, d) for kind in ("agents", "items", "zones")

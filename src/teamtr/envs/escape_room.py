@@ -55,7 +55,10 @@ class EscapeRoomWorld:
     random directives succeed in a few percent of episodes),
     ``compliance`` (0-1, the probability a role agent takes up a valid directive), ``hints`` (each
     agent's line also says which items it may fetch: the "who may enter where" lookup is done for the
-    coordinator; an easier variant for studying RL on the rest of the task).
+    coordinator; an easier variant for studying RL on the rest of the task), ``task_text`` (``full``:
+    the task names the team and the items; ``generic``: it names none of them, the state lists them,
+    so every episode, name set and team size shares one static prefix: with ``names: fresh`` the
+    prompt is scored as cheaply as with fixed names).
     """
 
     name = "escape-room"
@@ -71,6 +74,7 @@ class EscapeRoomWorld:
         max_steps: int | None = None,
         compliance: float = 1.0,
         hints: bool = False,
+        task_text: str = "full",
     ) -> None:
         check_int(self.name, "agents", agents, 2, 6)
         check_int(self.name, "zones", zones, 2, 6)
@@ -80,6 +84,7 @@ class EscapeRoomWorld:
         if not isinstance(hints, bool):
             raise TeamTRError(f"escape-room option hints = {hints!r}: use true or false.")
         self.hints = hints
+        self.task_text = check_choice(self.name, "task_text", task_text, ("full", "generic"))
         per_agent = -(-items // agents)
         self.max_steps = 6 * per_agent + 8 if max_steps is None else max_steps
         check_int(self.name, "max_steps", self.max_steps, 1, 10_000)
@@ -102,9 +107,12 @@ class EscapeRoomWorld:
         else:
             chosen = {kind: VOCAB[self.names][kind][:k] for kind, k in self._sizes.items()}
         self.agents, self.items, self.zones = chosen["agents"], chosen["items"], chosen["zones"]
-        listed = ", ".join(f"the {item}" for item in self.items)
+        if self.task_text == "generic":  # the state names the agents and items; this text is the same for all
+            team, listed = "", "every item listed below"
+        else:
+            team, listed = f" Team: {', '.join(self.agents)}.", ", ".join(f"the {item}" for item in self.items)
         self.task = (
-            f"Escape room. Team: {', '.join(self.agents)}. Bring {listed} to the door in the hall, "
+            f"Escape room.{team} Bring {listed} to the door in the hall, "
             "then one agent opens the door. Each room admits one agent only. An agent keeps its "
             f"directive until given a new one. Fail after {self.max_steps} ticks."
         )
