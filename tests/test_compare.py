@@ -66,6 +66,17 @@ def test_sweeps_group_by_directory_and_table_is_mean_std(tmp_path: Path) -> None
     assert table["pg"]["collapsed"]["mean"] == 1.0 and table["sweep-ppo"]["collapsed"]["mean"] == 0.0
     with pytest.raises(TeamTRError, match="one label"):
         group_runs([tmp_path / "pg"], ["a", "b"])
+    # a grid sweep's directory: one group per cell; cells of two grids named alike are not pooled silently
+    for grid in ("g1", "g2"):
+        _run(tmp_path / grid / "lr=1e-3" / "seed_0", [0.1, 0.2])
+        _run(tmp_path / grid / "lr=1e-4" / "seed_0", [0.3, 0.4])
+    assert {k: len(v) for k, v in group_runs([tmp_path / "g1"]).items()} == {"lr=1e-3": 1, "lr=1e-4": 1}
+    with pytest.raises(TeamTRError, match="would both be labelled 'lr=1e-3'; give --label"):
+        group_runs([tmp_path / "g1" / "lr=1e-3", tmp_path / "g2" / "lr=1e-3"])
+    pooled = group_runs([tmp_path / "g1" / "lr=1e-3", tmp_path / "g2" / "lr=1e-3"], ["both", "both"])
+    assert {k: len(v) for k, v in pooled.items()} == {"both": 2}  # pooled on purpose
+    with pytest.raises(TeamTRError, match="is a grid sweep"):
+        group_runs([tmp_path / "g1"], ["x"])
     with pytest.raises(TeamTRError, match="does not exist"):
         group_runs([tmp_path / "nope"])
 

@@ -156,7 +156,7 @@ def test_generic_task_text_names_nothing_and_is_one_text_for_every_episode_name_
             world.reset(seed)
             assert not any(name in world.task for name in world.agents + world.items + world.zones)
             tasks.add(world.task)
-    assert tasks == {"Escape room. Bring every item listed below to the door in the hall, then one agent opens "
+    assert tasks == {"Escape room. Bring every item to the door in the hall, then one agent opens "
                      "the door. Each room admits one agent only. An agent keeps its directive until given a new "
                      "one. Fail after 14 ticks."}
     full, generic = Team(make("escape-room", names="fresh")), Team(make("escape-room", names="fresh", task_text="generic"))
@@ -168,6 +168,8 @@ def test_generic_task_text_names_nothing_and_is_one_text_for_every_episode_name_
             a, ra, done, _ = full.step(a.expert)
             b, rb, _, _ = generic.step(b.expert)
             assert ra == rb
+    other = make("escape-room", agents=2, items=3, task_text="generic")  # another step limit: its own text
+    assert other.task == next(iter(tasks)).replace("14 ticks", "20 ticks")
     with pytest.raises(TeamTRError, match="task_text='short' is not allowed; allowed: full, generic"):
         make("escape-room", task_text="short")
 

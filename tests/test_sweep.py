@@ -98,7 +98,10 @@ def test_grid_cells_cross_values_and_reject_bad_grids():
     for grid, sets, message in ((["algo.lr"], [], "write KEY=V1,V2"), (["algo.lr=1e-3,"], [], "no empty value"),
                                 (["algo.lr=1,2", "algo.lr=3"], [], "given twice"),
                                 (["algo.lr=1,1"], [], "listed twice"),
-                                (["algo.lr=1,2"], ["algo.lr=3"], "both in --grid and in --set")):
+                                (["algo.lr=1,2"], ["algo.lr=3"], "both in --grid and in --set"),
+                                (["seed=1,2"], [], "the sweep's own"), (["run_dir=a,b"], [], "the sweep's own"),
+                                (["model.init=a/b,a-b"], [], "would both train in 'init=a-b'"),
+                                (["algo.name=pg,PG"], [], "would both train in")):
         with pytest.raises(TeamTRError, match=message):
             grid_cells(grid, sets)
 
@@ -129,6 +132,21 @@ def test_grid_sweep_trains_every_cell_and_seed_and_resumes(tmp_path, capsys):
 
     assert main(argv) == 0  # everything done: nothing trains again
     assert capsys.readouterr().out.count(" done (") == 4
-    assert main(["sweep", "default", "--seeds", "0", "--grid", "algo.name=pg,nope", "--out", str(tmp_path / "bad"),
-                 *TINY]) == 2
-    assert "algo.name" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    # a cell killed before its table resumes with its own settings (the run's config), serially too
+    (out / "name=ppo" / "seed_1" / "final_eval.json").unlink()
+    assert main([a for a in argv if a not in ("--parallel", "2")]) == 0
+    printed = capsys.readouterr().out
+    assert "name=ppo seed 1 -> " in printed and "(resuming)" in printed and printed.count(" done (") == 3
+    assert "  name: ppo" in (out / "name=ppo" / "seed_1" / "config.yaml").read_text()
+
+    # teamtr report on the grid's directory: one group per cell
+    assert main(["report", str(out / "name=pg"), "--compare", str(out / "name=ppo"), "--out", str(tmp_path / "c1")]) == 0
+    assert list(json.loads((tmp_path / "c1" / "compare.json").read_text())["groups"]) == ["name=pg", "name=ppo"]
+
+    # a bad world option, grid value or warm start fails before any run starts
+    for grid, message in ((["env.task_text=generic,genric"], "task_text='genric' is not allowed"),
+                          (["algo.name=pg,nope"], "algo.name"),
+                          (["model.init=" + str(tmp_path / "missing")], "model.init=")):
+        assert main(["sweep", "default", "--seeds", "0", *(x for g in grid for x in ("--grid", g)),
+                     "--out", str(tmp_path / "bad"), *TINY]) == 2
+        assert message in capsys.readouterr().err and not (tmp_path / "bad").exists()

@@ -483,6 +483,8 @@ def test_final_table_has_a_bc_row_scored_with_the_cloned_snapshot(tmp_path):
         trainer.run()
         rows = final_table(trainer, cfg)
     assert list(rows) == ["trained", "bc", "zero-shot", "random", "oracle"]
+    counts = json.loads((tmp_path / "run" / "final_eval.json").read_text())["episodes"]
+    assert counts["bc"] == counts["trained"] == 2  # train.final_bc_episodes unset: as many as the trained row
     evals = [json.loads(x) for x in (tmp_path / "run" / "eval_transcripts.jsonl").read_text().splitlines()]
     got = [p for e in evals if e["policy"] == "bc" for s in e["steps"] for p in s["probs"]]
     trained = [p for e in evals if e["policy"] == "trained" for s in e["steps"] for p in s["probs"]]
@@ -514,3 +516,5 @@ def test_final_bc_episodes_sizes_or_skips_the_bc_row(tmp_path):
         assert list(rows) == want
         counts = json.loads((run / "run" / "final_eval.json").read_text())["episodes"]
         assert counts["bc"] == n and counts["trained"] == 2 and counts["zero-shot"] == 1
+        played = [json.loads(x)["policy"] for x in (run / "run" / "eval_transcripts.jsonl").read_text().splitlines()]
+        assert played.count("bc") == n and played.count("trained") == 2  # episodes actually played

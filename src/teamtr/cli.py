@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -157,10 +158,16 @@ def _remove_run(run_dir: Path) -> None:
         lock.release()
 
 
-def _preflight(config: Config) -> None:
-    """Checks that would otherwise fail after the model load, leaving a half-made run behind."""
+def _preflight(config: Config, fresh: bool = True) -> None:
+    """Checks that would otherwise fail after the model load, leaving a half-made run behind (``fresh``:
+    a new run, whose ``model.init`` must resolve; a resumed one no longer reads it)."""
     import importlib.util
 
+    if fresh and config.model.init:
+        try:
+            resolve_checkpoint(config.model.init)
+        except TeamTRError as err:
+            raise TeamTRError(f"model.init={config.model.init}: {err}") from None
     make(config.env.name, **config.env.options())
     if config.train.eval_env:
         make(config.env.name, **eval_options(config.env.options(), config.train.eval_env))
@@ -177,7 +184,7 @@ def _train_config(args: argparse.Namespace) -> Config:
             raise TeamTRError(f"--resume {run_dir}: not a run directory (no config.yaml); give the directory "
                               "`teamtr train` wrote.")
         config = load_config(run_dir / "config.yaml", [*args.set, f"run_dir={run_dir}"])
-        _preflight(config)
+        _preflight(config, fresh=False)
         return config
     config = load_config(args.config, args.set)
     _preflight(config)
@@ -275,8 +282,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from teamtr.train.sweep import grid_cells, sweep_summary, train_parallel
 
     cells = grid_cells(args.grid or [], args.set)
-    for _, cell_sets in cells:
-        load_config(args.config, [*args.set, *cell_sets])  # a bad config or grid value fails before any run
+    for _, cell_sets in cells:  # a bad config, world option, warm start or grid value fails before any run
+        _preflight(load_config(args.config, [*args.set, *cell_sets]))
     out = Path(args.out or f"runs/sweep-{Path(args.config).stem}")
     runs = {label: {seed: (out / label if label else out) / f"seed_{seed}" for seed in args.seeds}
             for label, _ in cells}
@@ -296,8 +303,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"sweep: {name} -> {run}" + (" (resuming)" if resume else ""))
             cmd_train(argparse.Namespace(config=args.config, set=sets, resume=str(run) if resume else None,
                                          overwrite=False))
-    command = " ".join(["teamtr sweep", args.config, "--seeds", *map(str, args.seeds),
-                        *(f"--grid {g}" for g in args.grid or []), *(f"--set {s}" for s in args.set)])
+    command = shlex.join(["teamtr", "sweep", args.config, "--seeds", *map(str, args.seeds),
+                          *(x for g in args.grid or [] for x in ("--grid", g)), *(x for s in args.set for x in ("--set", s))])
     summaries: dict[str, Any] = {}
     for label, cell_sets in cells:
         resolved = load_config(args.config, [*args.set, *cell_sets]).model_dump(mode="json")
@@ -324,8 +331,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  {policy:<10} {shown}")
     if args.grid:
         dirs = [str(out / label) for label, _ in cells]
-        print(f"curves and the comparison table: teamtr report {dirs[0]}"
-              + (f" --compare {' '.join(dirs[1:])}" if len(dirs) > 1 else ""))
+        print("curves and the comparison table: " + shlex.join(["teamtr", "report", dirs[0], *(
+            ["--compare", *dirs[1:]] if len(dirs) > 1 else [])]))
     print(f"wrote {out / 'sweep.json'}")
     return 0
 
@@ -437,7 +444,7 @@ def _add_sweep(sub: Any) -> None:
     sw.add_argument("--json", help="also write the summary (with the resolved config) here, e.g. results/X.json")
     sw.add_argument("--parallel", type=_positive_int, default=1, metavar="N",
                     help="train N runs at a time, each a child process with 1/N of the CPU threads and its "
-                         "log in OUT/seed_S.log (default 1: one after another, in this process)")
+                         "log beside its run, OUT/[CELL/]seed_S.log (default 1: one after another, in this process)")
     _add_set(sw)
 
 

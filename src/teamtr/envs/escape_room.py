@@ -57,8 +57,8 @@ class EscapeRoomWorld:
     agent's line also says which items it may fetch: the "who may enter where" lookup is done for the
     coordinator; an easier variant for studying RL on the rest of the task), ``task_text`` (``full``:
     the task names the team and the items; ``generic``: it names none of them, the state lists them,
-    so every episode, name set and team size shares one static prefix: with ``names: fresh`` the
-    prompt is scored as cheaply as with fixed names).
+    so every episode, name set and team size with the same ``max_steps`` shares one static prefix:
+    with ``names: fresh`` the prompt is scored as cheaply as with fixed names).
     """
 
     name = "escape-room"
@@ -108,7 +108,7 @@ class EscapeRoomWorld:
             chosen = {kind: VOCAB[self.names][kind][:k] for kind, k in self._sizes.items()}
         self.agents, self.items, self.zones = chosen["agents"], chosen["items"], chosen["zones"]
         if self.task_text == "generic":  # the state names the agents and items; this text is the same for all
-            team, listed = "", "every item listed below"
+            team, listed = "", "every item"
         else:
             team, listed = f" Team: {', '.join(self.agents)}.", ", ".join(f"the {item}" for item in self.items)
         self.task = (

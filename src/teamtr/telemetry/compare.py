@@ -206,17 +206,37 @@ def _members(run: Path) -> list[Path]:
     return members if members and not (run / "metrics.jsonl").exists() else [run]
 
 
+def _grid_cells(run: Path) -> list[Path]:
+    """The cells of a ``teamtr sweep --grid`` directory (sub-directories holding ``seed_N`` runs), or []."""
+    if (run / "metrics.jsonl").exists() or any(run.glob("seed_*")):
+        return []
+    return sorted(p for p in run.iterdir() if p.is_dir() and any(q.is_dir() for q in p.glob("seed_*"))) \
+        if run.is_dir() else []
+
+
 def group_runs(runs: Sequence[str | Path], labels: Sequence[str] | None = None) -> dict[str, list[Path]]:
-    """Runs by group label. Each argument is a run or a sweep directory; ``labels`` (one per argument)
-    override :func:`group_label`."""
+    """Runs by group label. Each argument is a run, a sweep directory (its ``seed_N`` runs form one group)
+    or a grid sweep's directory (one group per cell); ``labels`` (one per argument) override
+    :func:`group_label` and may pool arguments under one label on purpose; without them two arguments
+    whose groups would share a label are an error, not silently pooled."""
     if labels and len(labels) != len(runs):
         raise TeamTRError(f"--label was given {len(labels)} times for {len(runs)} runs or sweeps; give one label "
                           "per argument or none (sweep members group by their sweep directory).")
     groups: dict[str, list[Path]] = {}
+    owner: dict[str, str] = {}  # label -> the argument that made it
     for i, arg in enumerate(runs):
-        for path in _members(Path(arg)):
-            require_run_dir(path)
-            groups.setdefault(labels[i] if labels else group_label(path), []).append(path)
+        cells = _grid_cells(Path(arg))
+        if cells and labels:
+            raise TeamTRError(f"{arg} is a grid sweep (one group per cell): drop --label, or pass its cells "
+                              "one by one, each with its --label.")
+        for source in cells or [Path(arg)]:
+            for path in _members(source):
+                require_run_dir(path)
+                label = labels[i] if labels else group_label(path)
+                if not labels and owner.setdefault(label, str(source)) != str(source):
+                    raise TeamTRError(f"{owner[label]} and {source} would both be labelled {label!r}; give "
+                                      "--label once per argument (the same label twice pools them on purpose).")
+                groups.setdefault(label, []).append(path)
     return groups
 
 

@@ -46,8 +46,10 @@ def _split_values(text: str) -> list[str]:
 def grid_cells(grid: Sequence[str], sets: Sequence[str] = ()) -> list[tuple[str, list[str]]]:
     """``--grid KEY=V1,V2 ...`` -> one ``(label, [KEY=V, ...])`` per combination, the first key varying
     slowest; the label (a directory name) reads ``name=pg_lr=3e-4`` (each key's last part, unless two keys
-    share it). No grid: one unlabelled cell. Raises on a malformed item, an empty value, a key given twice
-    or a key that ``--set`` also fixes."""
+    share it; characters other than letters, digits and ``.=+-_`` become ``-``). No grid: one unlabelled
+    cell. Raises on a malformed item, an empty value, a value or key given twice, a key that ``--set``
+    also fixes or the sweep sets itself (``seed``, ``run_dir``), and two cells whose labels would name one
+    directory."""
     if not grid:
         return [("", [])]
     keys: list[str] = []
@@ -62,6 +64,8 @@ def grid_cells(grid: Sequence[str], sets: Sequence[str] = ()) -> list[tuple[str,
                               "--grid algo.name=pg,ppo --grid algo.lr=3e-5,3e-4")
         if key in keys:
             raise TeamTRError(f"sweep --grid: {key!r} is given twice; list all its values in one --grid {key}=...")
+        if key in ("seed", "run_dir"):
+            raise TeamTRError(f"sweep --grid: {key!r} is the sweep's own (--seeds, --out); vary it there")
         if key in fixed:
             raise TeamTRError(f"sweep: {key!r} is both in --grid and in --set; drop one of them")
         if len(set(values)) != len(values):
@@ -74,6 +78,12 @@ def grid_cells(grid: Sequence[str], sets: Sequence[str] = ()) -> list[tuple[str,
     for combo in itertools.product(*choices):
         label = "_".join(f"{n}={v}" for n, v in zip(names, combo))
         cells.append((re.sub(r"[^\w.=+-]", "-", label), [f"{k}={v}" for k, v in zip(keys, combo)]))
+    seen: dict[str, list[str]] = {}
+    for label, cell in cells:  # case-folded: one directory on a case-insensitive file system
+        if label.lower() in seen:
+            raise TeamTRError(f"sweep --grid: {seen[label.lower()]} and {cell} would both train in {label!r}; "
+                              "use values that differ in letters or digits")
+        seen[label.lower()] = cell
     return cells
 
 
