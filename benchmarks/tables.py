@@ -71,23 +71,30 @@ def _pm(stat: dict[str, Any] | None, digits: int = 3) -> str:
 
 
 def sweep(files: list[str]) -> str:
-    """Mean ± std over seeds per policy, one block per ``teamtr sweep --json`` file."""
+    """Mean ± std over seeds per policy, one block per ``teamtr sweep --json`` file (a grid's file: one
+    block per cell, headed by the cell's settings)."""
     out = []
     for f in files:
-        d = _load(f)
-        env = dict(d["config"]["env"])
-        name = env.pop("name")
-        out.append(f"`{d['command']}`: {name} ({_options(env)}), seeds {', '.join(map(str, d['seeds']))}, "
-                   f"held-out seeds from {d['config']['train']['eval_seed_offset']:,}, greedy; mean ± std over "
-                   "seeds (`" + f + "`)\n")
-        out.append("| policy | " + " | ".join(label for _, label in SWEEP_COLUMNS) + " |")
-        out.append("|---" * (len(SWEEP_COLUMNS) + 1) + "|")
-        for policy, row in d["rows"].items():
-            digits = {"return": 2, "length": 1}
-            cells = [_pm(row.get(key), digits.get(key, 3)) for key, _ in SWEEP_COLUMNS]
-            out.append(f"| {policy} | " + " | ".join(cells) + " |")
-        out.append("")
+        whole = _load(f)
+        for cell, d in (whole["cells"].items() if "cells" in whole else [("", whole)]):
+            env = dict(d["config"]["env"])
+            name = env.pop("name")
+            where = f"cell `{cell}` ({', '.join(d['cell'])}) of " if cell else ""
+            out.append(f"{where}`{d['command']}`: {name} ({_options(env)}), seeds {', '.join(map(str, d['seeds']))}, "
+                       f"held-out seeds from {d['config']['train']['eval_seed_offset']:,}, greedy; mean ± std "
+                       "over seeds (`" + f + "`)\n")
+            _sweep_rows(out, d)
     return "\n".join(out)
+
+
+def _sweep_rows(out: list[str], d: dict[str, Any]) -> None:
+    out.append("| policy | " + " | ".join(label for _, label in SWEEP_COLUMNS) + " |")
+    out.append("|---" * (len(SWEEP_COLUMNS) + 1) + "|")
+    for policy, row in d["rows"].items():
+        digits = {"return": 2, "length": 1}
+        cells = [_pm(row.get(key), digits.get(key, 3)) for key, _ in SWEEP_COLUMNS]
+        out.append(f"| {policy} | " + " | ".join(cells) + " |")
+    out.append("")
 
 
 def compare(files: list[str]) -> str:

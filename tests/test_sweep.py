@@ -132,6 +132,16 @@ def test_grid_sweep_trains_every_cell_and_seed_and_resumes(tmp_path, capsys):
 
     assert main(argv) == 0  # everything done: nothing trains again
     assert capsys.readouterr().out.count(" done (") == 4
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("tables", Path(__file__).resolve().parent.parent / "benchmarks/tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    text = tables.sweep([str(out / "sweep.json")])  # the README block of a grid: one per cell
+    assert text.count("cell `name=pg` (algo.name=pg) of `teamtr sweep default") == 1 and "cell `name=ppo`" in text
+    assert text.count("| trained | ") == 2
+
     # a cell killed before its table resumes with its own settings (the run's config), serially too
     (out / "name=ppo" / "seed_1" / "final_eval.json").unlink()
     assert main([a for a in argv if a not in ("--parallel", "2")]) == 0
