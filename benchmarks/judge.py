@@ -98,9 +98,9 @@ def injection(judge: Judge, played: list[tuple[TeamState, bool, float]], n: int)
 
 
 def make_agent(state: TeamState) -> str:
-    """The first agent named in the task text's team list (the teammate who writes the line)."""
-    team = state.task.split("Team: ", 1)[-1] if "Team: " in state.task else state.task.split(": ", 1)[-1]
-    return team.split(",")[0].strip().rstrip(".")
+    """The agent the first candidate directive addresses (the teammate who writes the line); the task
+    text need not name the team (escape-room ``task_text: generic``)."""
+    return next(c.target for c in state.candidates if getattr(c, "target", None))
 
 
 def main() -> None:
