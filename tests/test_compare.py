@@ -14,7 +14,7 @@ from teamtr.telemetry.compare import collapsed, group_runs, run_summary, summari
 
 
 def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, final: float | None = None,
-         algo: str = "ppo", lr: float = 3e-5, seed: int = 0, trpo_delta: float = 0.01) -> Path:
+         algo: str = "ppo", lr: float = 3e-5, seed: int = 0, trpo_delta: float | None = None) -> Path:
     path.mkdir(parents=True)
     lines = []
     if bc:
@@ -26,8 +26,8 @@ def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, f
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in lines))
     (path / "config.yaml").write_text(yaml.safe_dump({"bc": {"enabled": bc, "demos": 240}, "seed": seed,
                                                       "env": {"name": "escape-room", "agents": 3},
-                                                      "algo": {"name": algo, "lr": lr,
-                                                               "trpo_delta": trpo_delta}}))
+                                                      "algo": {"name": algo, "lr": lr, **(
+                                                          {"trpo_delta": trpo_delta} if trpo_delta else {})}}))
     if final is not None:
         (path / "final_eval.json").write_text(json.dumps({"rows": {"trained": {"success": final}}}))
     return path
@@ -86,16 +86,17 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     _run(tmp_path / "sweep-a" / "seed_1", [0.4, 0.8], seed=1)
     _run(tmp_path / "b", [0.1, 0.3], algo="pg", lr=3e-4)
     _run(tmp_path / "t", [0.1, 0.2], algo="trpo", lr=3e-4, trpo_delta=0.02)
+    _run(tmp_path / "t0", [0.1, 0.2], algo="trpo", lr=3e-4)  # config.yaml without the knob: its default
     out = tmp_path / "cmp"
     assert main(["report", str(tmp_path / "sweep-a"), "--compare", str(tmp_path / "b"), str(tmp_path / "t"),
-                 "--out", str(out)]) == 0
+                 str(tmp_path / "t0"), "--out", str(out)]) == 0
     saved = json.loads((out / "compare.json").read_text())
     assert saved["groups"]["sweep-a"]["final"]["mean"] == pytest.approx(0.9)
     assert "compare_success.png" in saved["figures"] and (out / "compare_success.png").stat().st_size > 1000
     assert "| sweep-a (n=2) | 0.900 ± 0.100" in capsys.readouterr().out
     # what each group ran, and the command, travel with the table into the README
     assert saved["command"] == (f"teamtr report {tmp_path / 'sweep-a'} --compare {tmp_path / 'b'} {tmp_path / 't'} "
-                                f"--threshold 0.9 --out {out}")
+                                f"{tmp_path / 't0'} --threshold 0.9 --out {out}")
     a, b = saved["groups"]["sweep-a"]["settings"], saved["groups"]["b"]["settings"]
     assert a["seeds"] == [0, 1] and a["algo.name"] == "ppo" and b["algo.name"] == "pg" and b["algo.lr"] == 3e-4
     assert a["env"] == {"name": "escape-room", "agents": 3}
@@ -111,3 +112,4 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "| sweep-a | ppo | 3e-05 | 0, 1 | 0.900 ± 0.100 |" in text
     assert "| b | pg | 0.0003 | 0 | 0.300 ± 0.000 |" in text
     assert "| t | trpo | δ = 0.02 | 0 | 0.200 ± 0.000 |" in text  # TRPO's step is its KL bound, not algo.lr
+    assert "| t0 | trpo | δ = 0.01 | 0 | 0.200 ± 0.000 |" in text

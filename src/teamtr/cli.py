@@ -350,9 +350,9 @@ def cmd_report(args: argparse.Namespace) -> int:
         from teamtr.telemetry.compare import write_comparison
 
         out = Path(args.out or "runs/compare")
-        command = " ".join(["teamtr report", args.run_dir, "--compare", *args.compare,
-                            *(f"--label {label}" for label in args.label or ()), f"--threshold {args.threshold:g}",
-                            f"--out {out}"])
+        command = shlex.join(["teamtr", "report", args.run_dir, "--compare", *args.compare,
+                              *(x for label in args.label or () for x in ("--label", label)),
+                              "--threshold", f"{args.threshold:g}", "--out", str(out)])
         write_comparison([args.run_dir, *args.compare], out, args.label, args.threshold, command)
         print((out / "compare.md").read_text(), end="")
         print(f"wrote {out / 'compare.json'}, {out / 'compare.md'} and the figures in {out}")

@@ -120,13 +120,25 @@ SETTINGS = ("env", "algo.name", "algo.lr", "algo.trpo_delta", "algo.clip_eps", "
             "train.iterations", "rollout.episodes")
 
 
+def _algo_default(key: str) -> Any:
+    """The default of an ``algo.*`` knob a run's config.yaml leaves out (it records the knobs set), or None."""
+    if not key.startswith("algo."):
+        return None
+    import dataclasses
+
+    from teamtr.rl.settings import AlgoConfig
+
+    field = next((f for f in dataclasses.fields(AlgoConfig) if f.name == key[len("algo."):]), None)
+    return None if field is None or field.default is dataclasses.MISSING else field.default
+
+
 def group_settings(runs: Sequence[Path]) -> dict[str, Any]:
     """The ``SETTINGS`` of a group's runs (from their resolved configs; a setting that differs between
     runs of one group lists every value) and their seeds."""
     configs = [read_config(run) or {} for run in runs]
     out: dict[str, Any] = {"seeds": [config_value(c, "seed") for c in configs]}
     for key in SETTINGS:
-        values = [config_value(c, key) for c in configs]
+        values = [_algo_default(key) if config_value(c, key) is None else config_value(c, key) for c in configs]
         out[key] = values[0] if all(v == values[0] for v in values) else values
     return out
 
