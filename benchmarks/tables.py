@@ -36,7 +36,8 @@ AGENT_COLUMNS = (("success", "success"), ("return", "return"), ("comm_effectiven
                  ("invalid_rate", "invalid rate"), ("ignored_rate", "ignored rate"),
                  ("reply_invalid", "unusable replies / episode"), ("remote_fallback", "fallbacks / episode"),
                  ("seconds", "seconds"))
-COMPARE_COLUMNS = (("final", "final success"), ("best", "best"), ("worst_drop", "worst drop"),
+COMPARE_COLUMNS = (("final", "final success"), ("final_return", "final return"),
+                   ("final_invalid_rate", "final invalid rate"), ("best", "best"), ("worst_drop", "worst drop"),
                    ("collapsed", "collapsed"), ("kl_per_update", "KL per update"),
                    ("last_return", "last return"), ("last_entropy", "last entropy"))
 

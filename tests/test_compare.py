@@ -29,7 +29,7 @@ def _run(path: Path, success: list[float], kl: float = 0.01, bc: bool = False, f
                                                       "algo": {"name": algo, "lr": lr, **(
                                                           {"trpo_delta": trpo_delta} if trpo_delta else {})}}))
     if final is not None:
-        (path / "final_eval.json").write_text(json.dumps({"rows": {"trained": {"success": final}}}))
+        (path / "final_eval.json").write_text(json.dumps({"rows": {"trained": {"success": final, "return": 5.0}}}))
     return path
 
 
@@ -46,6 +46,7 @@ def test_summary_counts_samples_and_time_until_threshold(tmp_path: Path) -> None
     run = _run(tmp_path / "a", [0.2, 0.5, 0.95, 0.9], bc=True, final=0.97)
     s = run_summary(run, threshold=0.9)
     assert s["final"] == 0.97  # the end-of-run table wins over the last eval
+    assert s["final_return"] == 5.0 and s["final_invalid_rate"] is None  # the table's trained row, as far as it goes
     assert s["best"] == 0.9  # best held-out evaluation (one eval line: the last)
     assert s["decisions_to_0.9"] == 240 + 300  # demos + three iterations of 100 decisions
     assert s["seconds_to_0.9"] == 30.0 + 180.0

@@ -7,6 +7,8 @@ it. The table gives, per group, mean ± std over runs of:
 
 - ``final``: the success of the end-of-run table (``final_eval.json``, trained row) or, before it is
   written, of the last held-out evaluation;
+- ``final_return`` / ``final_invalid_rate``: the end-of-run table's trained return and share of invalid
+  directives (greedy; null without the table): where every run still succeeds, how well it plays;
 - ``best``: the best held-out evaluation (or training) success seen;
 - ``worst_drop``: the largest fall of the training success below its best so far;
 - ``collapsed``: 1 when the training success fell below half its best and never came back above it
@@ -86,6 +88,15 @@ def _final_success(run: Path, records: list[dict[str, Any]]) -> float | None:
     return evals[-1] if evals else None
 
 
+def _final_row(run: Path, metric: str) -> float | None:
+    """``metric`` of the end-of-run table's trained row (greedy, held-out seeds), or None."""
+    final = run / "final_eval.json"
+    if not final.is_file():
+        return None
+    value = read_json(final, "final table")["rows"]["trained"].get(metric)
+    return None if value is None else float(value)
+
+
 def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
     """The table's numbers for one run (see the module docstring)."""
     records = read_metrics(run)
@@ -98,6 +109,7 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
     key = f"{threshold:g}"
     return {
         "run": str(run), "iterations": len(success), "final": _final_success(run, records),
+        "final_return": _final_row(run, "return"), "final_invalid_rate": _final_row(run, "invalid_rate"),
         "best": max(evals or success) if (evals or success) else None,
         "worst_drop": worst_drop(success) if success else None,
         "collapsed": float(collapsed(success)) if success else None,
