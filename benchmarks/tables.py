@@ -109,7 +109,7 @@ def compare(files: list[str]) -> str:
         env = dict(envs[0]) if envs and envs[0] and all(e == envs[0] for e in envs) else None
         world = f"{env.pop('name')} ({_options(env)})" if env else "worlds differ per group"
         out.append(f"`{d.get('command') or 'teamtr report --compare'}`: {world}; success of the sampled "
-                   f"training episodes per iteration; final = the end-of-run table's greedy success (`{f}`)\n")
+                   f"training episodes per iteration; final columns = the end-of-run table's greedy trained row (`{f}`)\n")
         out.append("| runs | algorithm | LR (TRPO: KL bound) | seeds | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |")
         out.append("|---" * (len(COMPARE_COLUMNS) + 4) + "|")
         for label, row in groups.items():
