@@ -58,7 +58,7 @@ class EscapeRoomWorld:
     coordinator; an easier variant for studying RL on the rest of the task), ``task_text`` (``full``:
     the task names the team and the items; ``generic``: it names none of them, the state lists them,
     so every episode, name set and team size with the same ``max_steps`` shares one static prefix:
-    with ``names: fresh`` the prompt is scored as cheaply as with fixed names).
+    with ``names: fresh`` no pass re-encodes a prefix per episode; the names' own tokens remain).
     """
 
     name = "escape-room"
