@@ -282,8 +282,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from teamtr.train.sweep import grid_cells, sweep_summary, train_parallel
 
     cells = grid_cells(args.grid or [], args.set)
-    for _, cell_sets in cells:  # a bad config, world option, warm start or grid value fails before any run
-        _preflight(load_config(args.config, [*args.set, *cell_sets]))
+    configs = {label: load_config(args.config, [*args.set, *cell_sets]) for label, cell_sets in cells}
+    for checked in configs.values():  # a bad config, world option, warm start or grid value fails before any run
+        _preflight(checked)
     out = Path(args.out or f"runs/sweep-{Path(args.config).stem}")
     runs = {label: {seed: (out / label if label else out) / f"seed_{seed}" for seed in args.seeds}
             for label, _ in cells}
@@ -307,7 +308,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           *(x for g in args.grid or [] for x in ("--grid", g)), *(x for s in args.set for x in ("--set", s))])
     summaries: dict[str, Any] = {}
     for label, cell_sets in cells:
-        resolved = load_config(args.config, [*args.set, *cell_sets]).model_dump(mode="json")
+        resolved = configs[label].model_dump(mode="json")
         summary = {"command": command, **({"cell": cell_sets} if label else {}),
                    "config": {k: v for k, v in resolved.items() if k not in ("seed", "run_dir")},
                    **sweep_summary(runs[label])}

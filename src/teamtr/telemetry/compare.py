@@ -80,20 +80,13 @@ def _first_reach(records: list[dict[str, Any]], config: dict[str, Any] | None, t
     return None, None
 
 
-def _final_success(run: Path, records: list[dict[str, Any]]) -> float | None:
+def _final_row(run: Path) -> dict[str, Any]:
+    """The end-of-run table's trained row (greedy, held-out seeds), or {} before it is written."""
     final = run / "final_eval.json"
-    if final.is_file():
-        return float(read_json(final, "final table")["rows"]["trained"]["success"])
-    _, evals = metric_series(records, "eval/success", kind="eval")
-    return evals[-1] if evals else None
+    return read_json(final, "final table")["rows"]["trained"] if final.is_file() else {}
 
 
-def _final_row(run: Path, metric: str) -> float | None:
-    """``metric`` of the end-of-run table's trained row (greedy, held-out seeds), or None."""
-    final = run / "final_eval.json"
-    if not final.is_file():
-        return None
-    value = read_json(final, "final table")["rows"]["trained"].get(metric)
+def _number(value: Any) -> float | None:
     return None if value is None else float(value)
 
 
@@ -107,9 +100,11 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
     _, entropy = metric_series(records, "policy/entropy")
     samples, seconds = _first_reach(records, read_config(run), threshold)
     key = f"{threshold:g}"
+    final = _final_row(run)
     return {
-        "run": str(run), "iterations": len(success), "final": _final_success(run, records),
-        "final_return": _final_row(run, "return"), "final_invalid_rate": _final_row(run, "invalid_rate"),
+        "run": str(run), "iterations": len(success),
+        "final": _number(final["success"]) if final else (evals[-1] if evals else None),
+        "final_return": _number(final.get("return")), "final_invalid_rate": _number(final.get("invalid_rate")),
         "best": max(evals or success) if (evals or success) else None,
         "worst_drop": worst_drop(success) if success else None,
         "collapsed": float(collapsed(success)) if success else None,
@@ -136,12 +131,9 @@ def _algo_default(key: str) -> Any:
     """The default of an ``algo.*`` knob a run's config.yaml leaves out (it records the knobs set), or None."""
     if not key.startswith("algo."):
         return None
-    import dataclasses
-
     from teamtr.rl.settings import AlgoConfig
 
-    field = next((f for f in dataclasses.fields(AlgoConfig) if f.name == key[len("algo."):]), None)
-    return None if field is None or field.default is dataclasses.MISSING else field.default
+    return getattr(AlgoConfig(), key[len("algo."):], None)
 
 
 def group_settings(runs: Sequence[Path]) -> dict[str, Any]:
