@@ -9,7 +9,9 @@ A table in the README sits between two markers that name its kind and its files:
 Kinds: ``worlds`` (``teamtr eval --json`` files of scripted baselines: success per policy with the
 options the command resolved), ``sweep`` (``teamtr sweep --json``: mean ± std over seeds per policy,
 with the command and the resolved world), ``compare`` (``teamtr report --compare``'s compare.json) and
-``agents`` (``benchmarks/llm_agents.py --out``: a coordinator with scripted vs LLM role agents).
+``agents`` (``benchmarks/llm_agents.py --out``: a coordinator with scripted vs LLM role agents) and
+``world`` (one world's table from several ``teamtr sweep --json`` files: baselines, BC, PPO alone,
+BC + PPO, each row mean ± std over its seeds, labelled by the recipe its config resolved).
 
     python benchmarks/tables.py sweep results/sweep_software_team.json   # print one table
     python benchmarks/tables.py --update README.md                       # regenerate every marked block
@@ -141,8 +143,61 @@ def agents(files: list[str]) -> str:
     return "\n".join(out)
 
 
+def recipe(config: dict[str, Any]) -> str:
+    """What a run's ``trained`` row is, read off its resolved config: ``BC``, ``PPO alone``, ``BC + PPO``
+    (another algorithm by its name), with the directive mode when it is not single."""
+    algo = str(config["algo"]["name"]).upper()
+    cloned = bool(config["bc"]["enabled"])
+    rl = int(config["train"]["iterations"]) > 0
+    name = f"BC + {algo}" if cloned and rl else "BC" if cloned else f"{algo} alone"
+    mode = config.get("team", {}).get("directives", "single")
+    return name if mode == "single" else f"{name}, {mode.replace('_', '-')} directives"
+
+
+def world(files: list[str]) -> str:
+    """One world's table from several ``teamtr sweep --json`` files (the first sets the world): the
+    scripted and zero-shot baselines once (from the first file that has each), then every file's ``bc``
+    and ``trained`` rows, labelled by the recipe its config resolved. A file whose world options differ
+    from the first's says how in its label, so no row claims a setting it was not measured in."""
+    loaded = [(f, _load(f)) for f in files]
+    first_env = dict(loaded[0][1]["config"]["env"])
+    name = first_env.pop("name")
+    rows: list[tuple[str, str, dict[str, Any]]] = []  # (label, source, row)
+    baselines: dict[str, tuple[str, dict[str, Any]]] = {}
+    for f, d in loaded:
+        env = dict(d["config"]["env"])
+        if env.pop("name") != name:
+            raise SystemExit(f"tables.py world: {f} is a {d['config']['env']['name']} sweep, the table's world is "
+                             f"{name} (from {loaded[0][0]}); give one world's files per table.")
+        differs = {k: v for k, v in env.items() if first_env.get(k) != v}
+        differs.update({k: first_env[k] for k in first_env if k not in env})
+        notes = [f"trained with {_options(differs).strip('`')}"] if differs else []
+        tested = d["config"]["train"].get("eval_env") or {}
+        if tested:
+            notes.append(f"tested with {_options(tested).strip('`')}")
+        where = f" ({'; '.join(notes)})" if notes else ""
+        for policy, row in d["rows"].items():
+            if policy == "trained":
+                rows.append((recipe(d["config"]) + where, f"`{d['command']}`", row))
+            elif policy == "bc":
+                rows.append(("BC" + where, f"the `bc` row of `{d['command']}`", row))
+            elif policy not in baselines and not notes:
+                baselines[policy] = (f"`{d['command']}`", row)
+    out = [f"{name} ({_options(first_env)}), held-out seeds from "
+           f"{loaded[0][1]['config']['train']['eval_seed_offset']:,}, greedy; mean ± std over seeds "
+           f"(`{'`, `'.join(files)}`)\n",
+           "| policy | " + " | ".join(label for _, label in SWEEP_COLUMNS) + " | from |",
+           "|---" * (len(SWEEP_COLUMNS) + 2) + "|"]
+    digits = {"return": 2, "length": 1}
+    table = [(policy, *baselines[policy]) for policy in baselines] + rows
+    for label, source, row in table:
+        cells = [_pm(row.get(key), digits.get(key, 3)) for key, _ in SWEEP_COLUMNS]
+        out.append(f"| {label} | " + " | ".join(cells) + f" | {source} |")
+    return "\n".join(out) + "\n"
+
+
 KINDS: dict[str, Callable[[list[str]], str]] = {"worlds": worlds, "sweep": sweep, "compare": compare,
-                                                "agents": agents}
+                                                "agents": agents, "world": world}
 
 
 def expand(patterns: str) -> list[str]:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,3 +28,38 @@ def test_a_stale_table_is_caught(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, str(ROOT / "benchmarks/tables.py"), "--check", str(tmp_path / "README.md")],
                           capture_output=True, text=True)
     assert done.returncode == 1 and "stale" in done.stdout
+
+
+def _tables():
+    spec = importlib.util.spec_from_file_location("tables", ROOT / "benchmarks/tables.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _sweep_file(path: Path, command: str, env: dict, bc: bool, iterations: int, rows: dict, **train) -> str:
+    stat = lambda v: {"mean": v, "std": 0.0, "values": [v]}  # noqa: E731
+    config = {"env": env, "bc": {"enabled": bc}, "algo": {"name": "ppo"}, "team": {"directives": "single"},
+              "train": {"iterations": iterations, "eval_seed_offset": 1_000_000, **train}}
+    path.write_text(json.dumps({"command": command, "config": config, "seeds": [0],
+                                "rows": {p: {"success": stat(v)} for p, v in rows.items()}}))
+    return str(path)
+
+
+def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> None:
+    tables = _tables()
+    a = _sweep_file(tmp_path / "a.json", "teamtr sweep default --seeds 0", {"name": "escape-room", "agents": 3},
+                    True, 2, {"trained": 1.0, "bc": 0.9, "zero-shot": 0.0, "random": 0.03})
+    b = _sweep_file(tmp_path / "b.json", "teamtr sweep escape_room_ppo --seeds 0",
+                    {"name": "escape-room", "agents": 3, "hints": True}, False, 30,
+                    {"trained": 0.8, "zero-shot": 0.5}, eval_env={"names": "heldout"})
+    text = tables.world([a, b])
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "1.000 ± 0.000" in lines["BC + PPO"] and "0.900 ± 0.000" in lines["BC"]
+    assert "0.800 ± 0.000" in lines["PPO alone (trained with hints=True; tested with names=heldout)"]
+    # a baseline is taken from the first file whose world is the table's: b's zero-shot (0.5) is another world's
+    assert "0.000 ± 0.000" in lines["zero-shot"] and "0.030 ± 0.000" in lines["random"]
+    other = _sweep_file(tmp_path / "c.json", "teamtr sweep software_team --seeds 0",
+                        {"name": "software-team"}, True, 2, {"trained": 1.0})
+    with pytest.raises(SystemExit, match="one world's files per table"):
+        tables.world([a, other])
