@@ -144,12 +144,15 @@ def agents(files: list[str]) -> str:
 
 
 def recipe(config: dict[str, Any]) -> str:
-    """What a run's ``trained`` row is, read off its resolved config: ``BC``, ``PPO alone``, ``BC + PPO``
-    (another algorithm by its name), with the directive mode when it is not single."""
+    """What a run's ``trained`` row is, read off its resolved config: ``BC``, ``PPO alone``, ``BC + PPO``,
+    ``PPO from `INIT``` (a warm start given as model.init; another algorithm by its name), with the
+    directive mode when it is not single."""
     algo = str(config["algo"]["name"]).upper()
     cloned = bool(config["bc"]["enabled"])
     rl = int(config["train"]["iterations"]) > 0
-    name = f"BC + {algo}" if cloned and rl else "BC" if cloned else f"{algo} alone"
+    init = (config.get("model") or {}).get("init")
+    name = (f"BC + {algo}" if cloned and rl else "BC" if cloned
+            else f"{algo} from `{init}`" if init else f"{algo} alone")
     mode = config.get("team", {}).get("directives", "single")
     return name if mode == "single" else f"{name}, {mode.replace('_', '-')} directives"
 

@@ -159,12 +159,34 @@ def test_ref_bc_in_whole_team_mode_is_the_cloned_adapter(tmp_path):
     trainer.close()
 
 
+def test_ref_bc_in_whole_team_mode_from_a_warm_start_is_that_adapter(tmp_path):
+    cloner = Trainer(config(tmp_path / "a", "bc.enabled=true", "bc.demos=16", "bc.epochs=1", "bc.batch_size=8"))
+    cloner.warm_up()
+    init = cloner.run_dir / "bc"
+    cloner.close()
+    trainer = Trainer(config(tmp_path / "b", "team.directives=whole_team", f"model.init={init}", "algo.ref=bc",
+                             "algo.kl_coef=0.1"))
+    trainer.warm_up()
+    trainer._start_rl()
+    assert trainer.bc_state is not None
+    trainer.collect()  # iteration 1: the policy is the warm start, so the reference is the policy
+    store = trainer.collector.actor.store
+    assert all(torch.allclose(d.ref_branch[d.valid], d.branch[d.valid], atol=1e-5) for d in store)
+    with torch.no_grad(), trainer.coordinator.disable_adapter():  # and not the base model
+        from teamtr.policy.whole_team import dense, score_whole_team
+
+        d = store[0]
+        base, _ = score_whole_team(trainer.coordinator, [(d.prefix, d.decision)], [d.tokens])
+    assert (dense(base)[0][0][d.valid] - d.branch[d.valid]).abs().max() > 1e-4
+    trainer.close()
+
+
 def test_directive_mode_config_errors(tmp_path):
     with pytest.raises(TeamTRError, match=r"team.directives=free_text.*token-level PPO.*algo.name=ppo"):
         config(tmp_path, "team.directives=free_text", "algo.name=trpo")
     with pytest.raises(TeamTRError, match=r"team.directives=whole_team.*algo.name='pg'"):
         config(tmp_path, "curriculum.stages=[{team: {directives: whole_team}, max_iterations: 1}]", "algo.name=pg")
-    with pytest.raises(TeamTRError, match=r"algo.ref=bc with team.directives=whole_team.*bc.enabled=true"):
+    with pytest.raises(TeamTRError, match=r"algo.ref=bc with team.directives=whole_team.*bc.enabled=true, model.init"):
         config(tmp_path, "team.directives=whole_team", "algo.ref=bc")
     with pytest.raises(TeamTRError, match=r"curriculum.stages.0.team.directives.*'free'"):
         config(tmp_path, "curriculum.stages=[{team: {directives: free}, max_iterations: 1}]")

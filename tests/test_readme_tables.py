@@ -37,9 +37,11 @@ def _tables():
     return module
 
 
-def _sweep_file(path: Path, command: str, env: dict, bc: bool, iterations: int, rows: dict, **train) -> str:
+def _sweep_file(path: Path, command: str, env: dict, bc: bool, iterations: int, rows: dict, init: str | None = None,
+                directives: str = "single", **train) -> str:
     stat = lambda v: {"mean": v, "std": 0.0, "values": [v]}  # noqa: E731
-    config = {"env": env, "bc": {"enabled": bc}, "algo": {"name": "ppo"}, "team": {"directives": "single"},
+    config = {"env": env, "bc": {"enabled": bc}, "algo": {"name": "ppo"}, "team": {"directives": directives},
+              "model": {"init": init},
               "train": {"iterations": iterations, "eval_seed_offset": 1_000_000, **train}}
     path.write_text(json.dumps({"command": command, "config": config, "seeds": [0],
                                 "rows": {p: {"success": stat(v)} for p, v in rows.items()}}))
@@ -53,13 +55,17 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     b = _sweep_file(tmp_path / "b.json", "teamtr sweep escape_room_ppo --seeds 0",
                     {"name": "escape-room", "agents": 3, "hints": True}, False, 30,
                     {"trained": 0.8, "zero-shot": 0.5}, eval_env={"names": "heldout"})
-    text = tables.world([a, b])
+    c = _sweep_file(tmp_path / "c.json", "teamtr sweep default --seeds 0 --set model.init=runs/x/bc",
+                    {"name": "escape-room", "agents": 3}, False, 2, {"trained": 0.7}, init="runs/x/bc",
+                    directives="whole_team")
+    text = tables.world([a, b, c])
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "1.000 ± 0.000" in lines["BC + PPO"] and "0.900 ± 0.000" in lines["BC"]
     assert "0.800 ± 0.000" in lines["PPO alone (trained with hints=True; tested with names=heldout)"]
+    assert "0.700 ± 0.000" in lines["PPO from `runs/x/bc`, whole-team directives"]
     # a baseline is taken from the first file whose world is the table's: b's zero-shot (0.5) is another world's
     assert "0.000 ± 0.000" in lines["zero-shot"] and "0.030 ± 0.000" in lines["random"]
-    other = _sweep_file(tmp_path / "c.json", "teamtr sweep software_team --seeds 0",
+    other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):
         tables.world([a, other])
