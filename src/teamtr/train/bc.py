@@ -6,6 +6,13 @@ trainer's own transcript format (one JSON object per episode with ``task`` and `
 seed's offline + online). With ``explore`` > 0 the collecting episodes take a random candidate on
 that share of steps while still labelling each state with the expert's choice, so the clone also sees
 states off the expert's path (DAgger-style labels; Ross et al. 2011).
+
+In whole-team mode (``mode="whole_team"``) a demonstration is cloned as the whole-team output that
+carries it out: the labelled directive on its agent's line, "carry on" on every other line (the
+expert's one new directive per tick, which the team executes exactly as in single mode), and the loss
+is that output's negative log-probability under the state's grammar (the sum over its tokens, the
+quantity token-level PPO then moves). A clone of single decisions alone never sees "carry on" and, decoded
+whole-team, did not act at all (escape-room, README).
 """
 
 from __future__ import annotations
@@ -36,6 +43,50 @@ class Demo:
     candidates: tuple[str, ...]
     label: int
     weight: float = 1.0
+    #: each candidate's target agent (None: a team goal, an allocation or the no-op), for whole-team
+    #: cloning; empty for demonstrations read from files without them (single mode only)
+    targets: tuple[str | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class _Candidate:
+    text: str
+    target: str | None
+
+
+@dataclass(frozen=True)
+class _DemoState:
+    """A demonstration as a ``DecisionLike`` whose candidates carry their targets (``team_grammar``)."""
+
+    task: str
+    state: str
+    history: tuple[str, ...]
+    candidates: tuple[_Candidate, ...]
+
+
+def whole_team_view(demo: Demo) -> _DemoState:
+    if len(demo.targets) != len(demo.candidates):
+        raise TeamTRError("Whole-team behaviour cloning needs each candidate's target agent; demonstrations from "
+                          "bc.files carry none: clone them in single mode (team.directives=single), or use "
+                          "oracle demonstrations (bc.demos).")
+    return _DemoState(demo.task, demo.state, demo.history,
+                      tuple(_Candidate(t, a) for t, a in zip(demo.candidates, demo.targets)))
+
+
+def whole_team_label(demo: Demo, sources: Sequence[Sequence[int]]) -> tuple[int, ...]:
+    """The option per agent line that carries out ``demo.label``: its agent's line takes the labelled
+    directive (or the option with the same text), every other line carries on (its last option). A
+    label addressed to no single agent (the no-op) is every line carrying on."""
+    text = demo.candidates[demo.label]
+    choice = []
+    for options in sources:
+        pick = len(options) - 1
+        for j, k in enumerate(options[:-1]):
+            if k == demo.label or demo.candidates[k] == text:
+                pick = j
+                break
+        choice.append(pick)
+    return tuple(choice)
 
 
 def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float = 0.0,
@@ -60,7 +111,8 @@ def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: flo
             states = batch.states()
             choices = []
             for s in states:
-                demos.append(Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert))
+                demos.append(Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert,
+                                  targets=tuple(getattr(c, "target", None) for c in s.candidates)))
                 off = explore > 0 and rng.random() < explore
                 choices.append(rng.randrange(len(s.candidates)) if off else s.expert)
             batch.step(choices)
@@ -95,8 +147,9 @@ def file_demos(paths: Sequence[str | Path], success_weighted: bool = False) -> l
 
 def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
                     seed: int = 0, schedule: str = "constant", log: Callable[[int, dict[str, float]], None] | None = None,
-                    heldout: Sequence[Demo] = ()) -> dict[str, float]:
-    """Train the coordinator's adapter to put its probability on each demo's label.
+                    heldout: Sequence[Demo] = (), mode: str = "single") -> dict[str, float]:
+    """Train the coordinator's adapter to put its probability on each demo's label (``mode``:
+    ``single``, over the candidates; ``whole_team``, on the whole-team output that carries it out).
 
     ``schedule``: ``constant`` (``lr`` throughout) or ``cosine`` (linear warmup over the first tenth of
     the steps, then cosine decay to 0 at the last). Returns the last step's metrics: ``bc/loss``,
@@ -106,6 +159,12 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
         raise TeamTRError(f"bc.schedule: {schedule!r} is not a schedule; use constant or cosine.")
     if not demos:
         raise TeamTRError("Behaviour cloning got no demonstrations (bc.demos = 0 and no bc.files).")
+    if mode not in ("single", "whole_team"):
+        raise TeamTRError(f"Behaviour cloning in {mode!r} mode is not supported: clone in single or whole_team "
+                          "mode (a curriculum stage can switch to free_text after the warm-up).")
+    if mode == "whole_team":
+        for d in demos:
+            whole_team_view(d)  # every demonstration must carry its targets: fail before the first step
     params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
@@ -118,12 +177,16 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
         for step in range(total):
             idx = torch.multinomial(weights, batch_size, replacement=len(demos) < batch_size, generator=g)
             batch = [demos[int(i)] for i in idx]
-            handles = coordinator.remember(batch)
-            scores, _ = coordinator.evaluate(handles)
-            mask = coordinator.stored_mask(handles).to(scores.device)
-            logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
-            labels = torch.tensor([d.label for d in batch], device=scores.device)
-            loss = imitation_nll(logp, labels)
+            if mode == "whole_team":
+                loss, acc = _whole_team_step(coordinator, batch)
+            else:
+                handles = coordinator.remember(batch)
+                scores, _ = coordinator.evaluate(handles)
+                mask = coordinator.stored_mask(handles).to(scores.device)
+                logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
+                labels = torch.tensor([d.label for d in batch], device=scores.device)
+                loss = imitation_nll(logp, labels)
+                acc = float((logp.argmax(-1) == labels).float().mean())
             step_lr = lr * (warmup_cosine(step, warmup, total) if schedule == "cosine" else 1.0)
             for group in opt.param_groups:
                 group["lr"] = step_lr
@@ -132,21 +195,56 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
             coordinator.after_update()
-            acc = float((logp.argmax(-1) == labels).float().mean())
             metrics = {"bc/loss": loss.item(), "bc/accuracy": acc, "bc/lr": step_lr, "bc/step": step + 1}
             if heldout and (step + 1 == total or (step + 1) % max(1, total // 4) == 0):
-                metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout)
+                metrics["bc/heldout_accuracy"] = accuracy(coordinator, heldout, mode=mode)
             if log is not None:
                 log(step + 1, metrics)
             progress.update(step + 1, f"loss {loss.item():.3f}  accuracy {acc:.2f}")
     return metrics
 
 
+def _whole_team_targets(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tuple[list, list[tuple[int, ...]], list]:
+    """The grammar decisions of ``batch``, the target option per line of each, and its token ids."""
+    from teamtr.policy.whole_team import grammar_decisions
+
+    views = [whole_team_view(d) for d in batch]
+    decisions, sources = grammar_decisions(coordinator, views)  # type: ignore[arg-type]
+    choices = [whole_team_label(d, src) for d, src in zip(batch, sources)]
+    tokens = [gd.grammar.output(c) for (_, gd), c in zip(decisions, choices)]
+    return decisions, choices, tokens
+
+
+def _whole_team_step(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tuple[torch.Tensor, float]:
+    """The mean negative log-probability of each demonstration's whole-team output, and the share of
+    them greedy decoding would write (every branching token the argmax)."""
+    from teamtr.policy.whole_team import score_whole_team
+
+    decisions, _, tokens = _whole_team_targets(coordinator, batch)
+    scores, _ = score_whole_team(coordinator, decisions, tokens)  # type: ignore[arg-type]
+    weights = torch.tensor([d.weight for d in batch], device=scores.logp.device)
+    loss = -(scores.total * weights).sum() / weights.sum()
+    argmax = scores.branch_logp.argmax(-1) == scores.branch_choice
+    wrong = torch.zeros(len(batch), dtype=torch.bool, device=argmax.device)
+    if len(argmax):
+        wrong = wrong.index_put((scores.branch_index[:, 0],), ~argmax, accumulate=True)
+    return loss, float((~wrong).float().mean())
+
+
 @torch.no_grad()
-def accuracy(coordinator: CoordinatorLike, demos: Sequence[Demo], batch_size: int = 32) -> float:
+def accuracy(coordinator: CoordinatorLike, demos: Sequence[Demo], batch_size: int = 32, mode: str = "single") -> float:
+    """Share of ``demos`` whose label the greedy policy picks (whole-team mode: whose whole-team output
+    it writes)."""
     hits = 0
     for s in range(0, len(demos), batch_size):
         chunk = list(demos[s : s + batch_size])
-        out = coordinator.act(chunk, greedy=True)
-        hits += sum(int(c == d.label) for c, d in zip(out.choices, chunk))
+        if mode == "whole_team":
+            from teamtr.policy.whole_team import act_whole_team
+
+            _, choices, tokens = _whole_team_targets(coordinator, chunk)
+            out = act_whole_team(coordinator, [whole_team_view(d) for d in chunk], greedy=True)  # type: ignore[arg-type]
+            hits += sum(int(tuple(o) == tuple(t)) for o, t in zip(out.tokens, tokens))
+        else:
+            out = coordinator.act(chunk, greedy=True)
+            hits += sum(int(c == d.label) for c, d in zip(out.choices, chunk))
     return hits / max(1, len(demos))

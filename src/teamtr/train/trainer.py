@@ -282,9 +282,12 @@ class Trainer:
         heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
                                       seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos")
         start = time.perf_counter()
+        # clone in the directive mode training starts in: whole-team outputs for whole-team training
+        # (a single-decision clone never writes "carry on"); free text starts from single decisions
+        mode = "whole_team" if self.curriculum.directives() == "whole_team" else "single"
         bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-            seed=self.config.seed, schedule=cfg.schedule, heldout=heldout,
+            seed=self.config.seed, schedule=cfg.schedule, heldout=heldout, mode=mode,
             log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
         )
         self.bc_done = True
