@@ -153,8 +153,12 @@ def recipe(config: dict[str, Any]) -> str:
     init = (config.get("model") or {}).get("init")
     name = (f"BC + {algo}" if cloned and rl else "BC" if cloned
             else f"{algo} from `{init}`" if init else f"{algo} alone")
-    mode = config.get("team", {}).get("directives", "single")
-    return name if mode == "single" else f"{name}, {mode.replace('_', '-')} directives"
+    return name + _mode(config)
+
+
+def _mode(config: dict[str, Any]) -> str:
+    mode = (config.get("team") or {}).get("directives", "single")
+    return "" if mode == "single" else f", {mode.replace('_', '-')} directives"
 
 
 def world(files: list[str]) -> str:
@@ -183,7 +187,9 @@ def world(files: list[str]) -> str:
             if policy == "trained":
                 rows.append((recipe(d["config"]) + where, f"`{d['command']}`", row))
             elif policy == "bc":
-                rows.append(("BC" + where, f"the `bc` row of `{d['command']}`", row))
+                init = (d["config"].get("model") or {}).get("init")
+                warm = "BC" if d["config"]["bc"]["enabled"] or not init else f"`{init}` (the warm start)"
+                rows.append((warm + _mode(d["config"]) + where, f"the `bc` row of `{d['command']}`", row))
             elif policy not in baselines and not notes:
                 baselines[policy] = (f"`{d['command']}`", row)
     out = [f"{name} ({_options(first_env)}), held-out seeds from "

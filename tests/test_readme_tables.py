@@ -56,13 +56,14 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
                     {"name": "escape-room", "agents": 3, "hints": True}, False, 30,
                     {"trained": 0.8, "zero-shot": 0.5}, eval_env={"names": "heldout"})
     c = _sweep_file(tmp_path / "c.json", "teamtr sweep default --seeds 0 --set model.init=runs/x/bc",
-                    {"name": "escape-room", "agents": 3}, False, 2, {"trained": 0.7}, init="runs/x/bc",
+                    {"name": "escape-room", "agents": 3}, False, 2, {"trained": 0.7, "bc": 0.6}, init="runs/x/bc",
                     directives="whole_team")
     text = tables.world([a, b, c])
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
     assert "1.000 ± 0.000" in lines["BC + PPO"] and "0.900 ± 0.000" in lines["BC"]
     assert "0.800 ± 0.000" in lines["PPO alone (trained with hints=True; tested with names=heldout)"]
     assert "0.700 ± 0.000" in lines["PPO from `runs/x/bc`, whole-team directives"]
+    assert "0.600 ± 0.000" in lines["`runs/x/bc` (the warm start), whole-team directives"]
     # a baseline is taken from the first file whose world is the table's: b's zero-shot (0.5) is another world's
     assert "0.000 ± 0.000" in lines["zero-shot"] and "0.030 ± 0.000" in lines["random"]
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
