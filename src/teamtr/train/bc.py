@@ -11,8 +11,8 @@ In whole-team mode (``mode="whole_team"``) a demonstration is cloned as the whol
 carries it out: the labelled directive on its agent's line, "carry on" on every other line (the
 expert's one new directive per tick, which the team executes exactly as in single mode), and the loss
 is that output's negative log-probability under the state's grammar (the sum over its tokens, the
-quantity token-level PPO then moves). A clone of single decisions alone never sees "carry on" and, decoded
-whole-team, did not act at all (escape-room, README).
+quantity token-level PPO then moves). A clone of single decisions never sees "carry on": decoded
+whole-team, it repeated its one learned choice on every line (escape-room, README).
 """
 
 from __future__ import annotations
