@@ -177,8 +177,11 @@ def world(files: list[str]) -> str:
             raise SystemExit(f"tables.py world: {f} is a {d['config']['env']['name']} sweep, the table's world is "
                              f"{name} (from {loaded[0][0]}); give one world's files per table.")
         differs = {k: v for k, v in env.items() if first_env.get(k) != v}
-        differs.update({k: first_env[k] for k in first_env if k not in env})
+        differs.update({k: "unset (the world's default)" for k in first_env if k not in env})
         notes = [f"trained with {_options(differs).strip('`')}"] if differs else []
+        offset = d["config"]["train"]["eval_seed_offset"]
+        if offset != loaded[0][1]["config"]["train"]["eval_seed_offset"]:
+            notes.append(f"held-out seeds from {offset:,}")
         tested = d["config"]["train"].get("eval_env") or {}
         if tested:
             notes.append(f"tested with {_options(tested).strip('`')}")

@@ -186,7 +186,7 @@ def test_directive_mode_config_errors(tmp_path):
         config(tmp_path, "team.directives=free_text", "algo.name=trpo")
     with pytest.raises(TeamTRError, match=r"team.directives=whole_team.*algo.name='pg'"):
         config(tmp_path, "curriculum.stages=[{team: {directives: whole_team}, max_iterations: 1}]", "algo.name=pg")
-    with pytest.raises(TeamTRError, match=r"algo.ref=bc with team.directives=whole_team.*bc.enabled=true, model.init"):
+    with pytest.raises(TeamTRError, match=r"algo.ref=bc with team.directives=whole_team.*bc.enabled=true; model.init"):
         config(tmp_path, "team.directives=whole_team", "algo.ref=bc")
     with pytest.raises(TeamTRError, match=r"curriculum.stages.0.team.directives.*'free'"):
         config(tmp_path, "curriculum.stages=[{team: {directives: free}, max_iterations: 1}]")

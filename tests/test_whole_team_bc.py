@@ -91,3 +91,22 @@ def test_the_trainer_clones_in_the_mode_training_starts_in(tmp_path, monkeypatch
     assert seen == [mode]  # the real cloning ran, in that mode
     lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
     assert any("bc/heldout_accuracy" in x for x in lines)
+
+
+def test_labels_with_no_whole_team_line_are_left_out_and_weights_count_once():
+    pair = bc_mod.Demo("t", "s", (), ("agent_A: fix", "pair agent_A with agent_B", "no new directive"), 1,
+                       targets=("agent_A", "agent_A+agent_B", None))
+    noop = bc_mod.Demo("t", "s", (), pair.candidates, 2, targets=pair.targets)
+    direct = bc_mod.Demo("t", "s", (), pair.candidates, 0, targets=pair.targets)
+    assert [bc_mod.expressible(d) for d in (pair, noop, direct)] == [False, True, True]
+    coordinator = Coordinator(load_backbone("tiny-random", device="cpu"))
+    with pytest.raises(TeamTRError, match="none of the 2 demonstrations directs a single agent"):
+        bc_mod.behaviour_clone(coordinator, [pair, noop], epochs=1, batch_size=2, lr=1e-3, mode="whole_team")
+    # sampling already draws demonstrations by weight: the loss is the plain mean over the batch
+    demos = _demos(4)
+    heavy = [bc_mod.Demo(d.task, d.state, d.history, d.candidates, d.label, 3.0 if i == 0 else 1.0, d.targets)
+             for i, d in enumerate(demos)]
+    with torch.no_grad():
+        a, _ = bc_mod._whole_team_step(coordinator, demos)
+        b, _ = bc_mod._whole_team_step(coordinator, heavy)
+    assert float(a) == pytest.approx(float(b), rel=1e-6)

@@ -435,8 +435,8 @@ def _check_modes(config: Config) -> None:
                           f"token-level PPO; algo.name={config.algo.name!r} is not supported there: set algo.name=ppo.")
     if config.algo.ref == "bc" and not config.bc.enabled and not config.model.init:
         raise TeamTRError(f"Bad config: algo.ref=bc with team.directives={token[0]} needs the behaviour-cloned "
-                          "adapter (or a warm start), but bc.enabled is false and model.init is unset: set "
-                          "bc.enabled=true, model.init=RUN (its adapter is then the reference), or algo.ref=base.")
+                          "adapter (or a warm start), but bc.enabled is false and model.init is unset: set one of "
+                          "bc.enabled=true; model.init=RUN (its adapter is then the reference); algo.ref=base.")
 
 
 def _check_micro_batches(config: Config) -> None:

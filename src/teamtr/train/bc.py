@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import torch
 
-from teamtr.core import TeamTRError
+from teamtr.core import NOOP, TeamTRError
 from teamtr.policy.coordinator import CoordinatorLike
 from teamtr.rl.losses import imitation_nll, masked_log_softmax
 from teamtr.rl.schedules import warmup_cosine
@@ -73,10 +73,18 @@ def whole_team_view(demo: Demo) -> _DemoState:
                       tuple(_Candidate(t, a) for t, a in zip(demo.candidates, demo.targets)))
 
 
+def expressible(demo: Demo) -> bool:
+    """Whether a whole-team output can carry out ``demo.label``: a directive to one agent, or the no-op
+    (every line carries on). A team goal or an allocation ("pair X with Y", target ``a+b``) has no line
+    in this mode (``policy.whole_team``), so its demonstration cannot be cloned here."""
+    target = demo.targets[demo.label]
+    return (target is not None and "+" not in target) or demo.candidates[demo.label] == NOOP.text
+
+
 def whole_team_label(demo: Demo, sources: Sequence[Sequence[int]]) -> tuple[int, ...]:
-    """The option per agent line that carries out ``demo.label``: its agent's line takes the labelled
-    directive (or the option with the same text), every other line carries on (its last option). A
-    label addressed to no single agent (the no-op) is every line carrying on."""
+    """The option per agent line that carries out ``demo.label`` (``expressible``): its agent's line
+    takes the labelled directive (or the option with the same text), every other line carries on (its
+    last option); the no-op is every line carrying on."""
     text = demo.candidates[demo.label]
     choice = []
     for options in sources:
@@ -165,6 +173,12 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
     if mode == "whole_team":
         for d in demos:
             whole_team_view(d)  # every demonstration must carry its targets: fail before the first step
+        kept = [d for d in demos if expressible(d)]
+        if not any(d.targets[d.label] is not None for d in kept):
+            raise TeamTRError(f"Whole-team behaviour cloning: none of the {len(demos)} demonstrations directs a single "
+                              "agent (goals and allocations have no line in whole-team mode); clone in single mode "
+                              "(team.directives=single) or start from a curriculum stage in single mode.")
+        demos, heldout = kept, [d for d in heldout if expressible(d)]
     params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
@@ -222,8 +236,7 @@ def _whole_team_step(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tup
 
     decisions, _, tokens = _whole_team_targets(coordinator, batch)
     scores, _ = score_whole_team(coordinator, decisions, tokens)  # type: ignore[arg-type]
-    weights = torch.tensor([d.weight for d in batch], device=scores.logp.device)
-    loss = -(scores.total * weights).sum() / weights.sum()
+    loss = -scores.total.mean()  # demonstrations were drawn by weight (behaviour_clone): no weighting again
     argmax = scores.branch_logp.argmax(-1) == scores.branch_choice
     wrong = torch.zeros(len(batch), dtype=torch.bool, device=argmax.device)
     if len(argmax):
