@@ -171,14 +171,7 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
         raise TeamTRError(f"Behaviour cloning in {mode!r} mode is not supported: clone in single or whole_team "
                           "mode (a curriculum stage can switch to free_text after the warm-up).")
     if mode == "whole_team":
-        for d in demos:
-            whole_team_view(d)  # every demonstration must carry its targets: fail before the first step
-        kept = [d for d in demos if expressible(d)]
-        if not any(d.targets[d.label] is not None for d in kept):
-            raise TeamTRError(f"Whole-team behaviour cloning: none of the {len(demos)} demonstrations directs a single "
-                              "agent (goals and allocations have no line in whole-team mode); clone in single mode "
-                              "(team.directives=single) or start from a curriculum stage in single mode.")
-        demos, heldout = kept, [d for d in heldout if expressible(d)]
+        demos, heldout = _whole_team_demos(demos), _whole_team_demos(heldout) if heldout else heldout
     params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
@@ -216,6 +209,19 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
                 log(step + 1, metrics)
             progress.update(step + 1, f"loss {loss.item():.3f}  accuracy {acc:.2f}")
     return metrics
+
+
+def _whole_team_demos(demos: Sequence[Demo]) -> list[Demo]:
+    """The demonstrations whole-team cloning can use (``expressible``); every one must carry its
+    candidates' targets, and some must direct a single agent (checked before the first step)."""
+    for d in demos:
+        whole_team_view(d)
+    kept = [d for d in demos if expressible(d)]
+    if not any(d.targets[d.label] is not None for d in kept):
+        raise TeamTRError(f"Whole-team behaviour cloning: none of the {len(demos)} demonstrations directs a single "
+                          "agent (goals and allocations have no line in whole-team mode); clone in single mode "
+                          "(team.directives=single) or start from a curriculum stage in single mode.")
+    return kept
 
 
 def _whole_team_targets(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tuple[list, list[tuple[int, ...]], list]:
