@@ -27,6 +27,7 @@ import torch
 
 from teamtr.core import NOOP, TeamTRError
 from teamtr.policy.coordinator import CoordinatorLike
+from teamtr.policy.prompts import Decision
 from teamtr.rl.losses import imitation_nll, masked_log_softmax
 from teamtr.rl.schedules import warmup_cosine
 from teamtr.team import Team, TeamBatch
@@ -54,23 +55,14 @@ class _Candidate:
     target: str | None
 
 
-@dataclass(frozen=True)
-class _DemoState:
-    """A demonstration as a ``DecisionLike`` whose candidates carry their targets (``team_grammar``)."""
-
-    task: str
-    state: str
-    history: tuple[str, ...]
-    candidates: tuple[_Candidate, ...]
-
-
-def whole_team_view(demo: Demo) -> _DemoState:
+def whole_team_view(demo: Demo) -> Decision:
+    """``demo`` as a ``Decision`` whose candidates carry their targets (what ``team_grammar`` reads)."""
     if len(demo.targets) != len(demo.candidates):
         raise TeamTRError("Whole-team behaviour cloning needs each candidate's target agent; demonstrations from "
                           "bc.files carry none: clone them in single mode (team.directives=single), or use "
                           "oracle demonstrations (bc.demos).")
-    return _DemoState(demo.task, demo.state, demo.history,
-                      tuple(_Candidate(t, a) for t, a in zip(demo.candidates, demo.targets)))
+    return Decision(demo.task, demo.state, demo.history,
+                    tuple(_Candidate(t, a) for t, a in zip(demo.candidates, demo.targets)))  # type: ignore[arg-type]
 
 
 def expressible(demo: Demo) -> bool:
