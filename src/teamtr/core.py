@@ -16,7 +16,7 @@ Vocabulary (one name per concept, used the same in code, config, logs and docs):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Callable, Literal, Protocol, runtime_checkable
 
 DirectiveKind = Literal["schedule", "goal", "allocate", "noop"]
 DIRECTIVE_KINDS: tuple[str, ...] = ("schedule", "goal", "allocate", "noop")
@@ -187,6 +187,36 @@ class GoalWorld(Protocol):
 
     def expert_goal(self) -> Directive:
         """An oracle's goal for the current state: one of ``goals()``."""
+
+
+@runtime_checkable
+class TeamExpertWorld(Protocol):
+    """A world whose oracle can direct the whole team at once (``team.directives: whole_team``).
+
+    Without it, the whole-team oracle is the one-directive oracle's single line (``team.expert_lines``).
+    """
+
+    def expert_directives(self) -> list[Directive]:
+        """The oracle's new directives for this tick, at most one per agent, each addressed to one
+        agent (empty: no new directive)."""
+
+
+def expert_in_turn(world: World, assign: Callable[[Directive], None],
+                   alone: Callable[[Directive], Directive | None] = lambda d: d) -> list[Directive]:
+    """A whole-team oracle from a one-directive one: ask ``world.expert_directive()``, put the answer
+    in force with ``assign`` (the world's own record of who does what, which its oracle reads), ask
+    again, until there is no new directive, one addressed to no single agent, or one to an agent
+    already addressed. ``alone`` maps an answer onto a directive to one agent (or None: stop), for
+    worlds whose oracle allocates pairs. The caller saves and restores what ``assign`` changes."""
+    out: list[Directive] = []
+    for _ in world.agents:
+        directive = world.expert_directive()
+        line = alone(directive) if directive.kind != "noop" else None
+        if line is None or line.target is None or "+" in line.target or line.target in {d.target for d in out}:
+            break
+        out.append(line)
+        assign(line)
+    return out
 
 
 class TeamTRError(Exception):

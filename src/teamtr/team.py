@@ -32,7 +32,7 @@ from typing import Any, Protocol
 
 from teamtr.agents.chooser import ActionRequest, resolve_all
 from teamtr.agents.scripted import ScriptedAgent
-from teamtr.core import NOOP, Directive, Event, TeamTRError, World
+from teamtr.core import NOOP, Directive, Event, TeamExpertWorld, TeamTRError, World
 from teamtr.rewards.terms import RewardComposer
 
 
@@ -66,6 +66,8 @@ class TeamState:
         history: the last ``history_len`` short lines: recent directives and notable events.
         candidates: ``world.directives()`` then ``NOOP`` (always last).
         expert: index in ``candidates`` of ``world.expert_directive()`` (the oracle's choice).
+        expert_lines: the whole-team oracle's new lines (``expert_lines``): candidate indices, at
+            most one per agent; empty: no new directive.
         tick: world ticks since reset.
         goal: the phase goal in force (``team.hierarchy``: the strategic level's), "" when none.
     """
@@ -78,6 +80,7 @@ class TeamState:
     expert: int
     tick: int
     goal: str = ""
+    expert_lines: tuple[int, ...] = ()
 
 
 def joint_directive(lines: Sequence[Directive]) -> Directive:
@@ -89,6 +92,23 @@ def joint_directive(lines: Sequence[Directive]) -> Directive:
         return lines[0]
     return Directive("\n".join(d.text for d in lines), "+".join(d.target or "team" for d in lines),
                      ";".join(d.task for d in lines))
+
+
+def expert_lines(world: World, candidates: Sequence[Directive], expert: int) -> tuple[int, ...]:
+    """Candidate indices of the whole-team oracle's lines: a ``TeamExpertWorld``'s
+    ``expert_directives()``; for any other world, the one-directive oracle's choice if it addresses
+    one agent (a goal, an allocation or the no-op has no line: no new directive)."""
+    if isinstance(world, TeamExpertWorld):
+        lines = world.expert_directives()
+    else:
+        chosen = candidates[expert]
+        lines = [chosen] if chosen.target is not None and "+" not in chosen.target else []
+    try:
+        return tuple(candidates.index(line) for line in lines)
+    except ValueError:
+        raise TeamTRError(f"{world.name}: a line of expert_directives() is not among the candidates "
+                          f"({', '.join(repr(d.text) for d in lines)}); the world's directives() and "
+                          "expert_directives() disagree.") from None
 
 
 def recipients(directive: Directive, agents: Sequence[str]) -> list[str]:
@@ -238,6 +258,7 @@ class Team:
                 "candidates; the world's directives() and expert_directive() disagree."
             ) from None
         return TeamState(
+            expert_lines=expert_lines(self.world, candidates, index),
             world=self.world.name,
             task=self.world.task,
             state=self.world.describe(),

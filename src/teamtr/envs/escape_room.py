@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 
-from teamtr.core import NOOP, AgentView, Directive, Event, Outcome, TeamTRError
+from teamtr.core import NOOP, AgentView, Directive, Event, Outcome, TeamTRError, expert_in_turn
 from teamtr.envs import vocabulary as vocab
 from teamtr.envs.registry import check_choice, check_float, check_int
 
@@ -335,3 +335,12 @@ class EscapeRoomWorld:
             in_hall = [a for a in self.agents if self._pos[a] == HALL] or self.agents
             return Directive(f"{in_hall[0]}: open the door", in_hall[0], "use:door")
         return NOOP
+
+    def expert_directives(self) -> list[Directive]:
+        """The whole-team oracle: ``expert_directive`` asked again with each answer in force, so
+        every agent with something to fetch (or the door to open) gets its line in the same tick."""
+        saved = dict(self._intent)
+        try:
+            return expert_in_turn(self, lambda d: self._intent.__setitem__(d.target, d))
+        finally:
+            self._intent = saved

@@ -281,6 +281,12 @@ class OvercookedWorld:
                 return d
         return NOOP
 
+    def expert_directives(self) -> list[Directive]:
+        """The heuristic directing the whole team at once: every chef whose wanted sub-task is new
+        and possible now gets its line."""
+        wanted = [chef.directive(a, self.kitchen.expert_task(self.state, i)) for i, a in enumerate(self.agents)]
+        return [d for a, d in zip(self.agents, wanted) if d != self.given.get(a) and self.check(a, d) is None]
+
     # ------------------------------------------------------------------------------------ step
     def step(self, actions: dict[str, str]) -> list[Event]:
         """Apply one primitive action per chef; events are milestones, idle, conflict, duplicate."""

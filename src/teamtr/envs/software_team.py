@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import random
 
-from teamtr.core import NOOP, AgentView, Directive, Event, Outcome
+from teamtr.core import NOOP, AgentView, Directive, Event, Outcome, expert_in_turn
 from teamtr.envs import vocabulary as vocab
 from teamtr.envs.registry import check_choice, check_float, check_int
 
@@ -358,6 +358,29 @@ class SoftwareTeamWorld:
                 first, second = sorted([free[0], crew[0]], key=self.engineers.index)
                 return self._pair(first, second, item)
         return NOOP
+
+    def expert_directives(self) -> list[Directive]:
+        """The whole-team oracle: ``expert_directive`` asked again with each answer in force. A
+        whole-team output has no line for a pair (``policy.whole_team``), so a pair on work nobody
+        has started goes to its first engineer alone, and a pair joining someone ends the lines."""
+        saved = dict(self._doing)
+
+        def alone(directive: Directive) -> Directive | None:
+            mode, _, item = directive.task.partition(":")
+            if mode != "pair":
+                return directive
+            if any(doing and doing[1] == item for doing in self._doing.values()):
+                return None
+            first = (directive.target or "").split("+")[0]
+            return Directive(f"{first}: {self._verb(item)}", first, f"do:{item}")
+
+        def assign(directive: Directive) -> None:
+            self._doing[directive.target or ""] = ("work", directive.task.partition(":")[2])
+
+        try:
+            return expert_in_turn(self, assign, alone)
+        finally:
+            self._doing = saved
 
     def _pair(self, first: str, second: str, item: str) -> Directive:
         return Directive(f"pair {first} with {second} on the {self.vocab['names'][item]}",

@@ -190,6 +190,12 @@ class SpreadWorld:
                 return d
         return NOOP
 
+    def expert_directives(self) -> list[Directive]:
+        """The whole-team oracle: every agent whose landmark in the optimal assignment is not its
+        directive in force gets its line."""
+        wanted = [self._directive(agent, j) for agent, j in zip(self.agents, self.assignment())]
+        return [d for agent, d in zip(self.agents, wanted) if self.given.get(agent) != d]
+
     # ------------------------------------------------------------------------------------ step
     def step(self, actions: dict[str, str]) -> list[Event]:
         """Apply one action per agent; events: conflict, duplicate, milestone, success/failure."""

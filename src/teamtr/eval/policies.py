@@ -60,10 +60,15 @@ class NoopPolicy:
 
 
 class OraclePolicy:
-    """The world's expert directive (``TeamState.expert``): the upper bound and the demonstrator."""
+    """The world's expert directive (``TeamState.expert``): the upper bound and the demonstrator. With
+    ``directives`` whole_team or free_text, the whole-team oracle's lines (``TeamState.expert_lines``),
+    all delivered in one decision, as a coordinator in those modes may."""
 
-    def choose(self, states: list[TeamState]) -> list[int]:
-        return [state.expert for state in states]
+    def __init__(self, directives: str = "single") -> None:
+        self.lines = directives != "single"
+
+    def choose(self, states: list[TeamState]) -> list[Any]:
+        return [list(state.expert_lines) if self.lines else state.expert for state in states]
 
 
 def decision_key(state: TeamState) -> tuple[str, str, tuple[str, ...], tuple[str, ...], str]:
@@ -280,7 +285,8 @@ def build_policies(names: Sequence[str], *, seed: int = 0,
     function building it (called once, only when a coordinator policy is asked for); ``trained``:
     whether it holds trained weights (``trained`` is refused otherwise). ``seed`` seeds ``random``.
     ``directives``/``max_new_tokens``: how the coordinator policies direct (``team.directives``,
-    ``policy.max_new_tokens``; see ``CoordinatorPolicy``). ``hierarchy``: the config's
+    ``policy.max_new_tokens``; see ``CoordinatorPolicy``; the oracle directs the whole team at once
+    outside single mode, ``OraclePolicy``). ``hierarchy``: the config's
     ``team.hierarchy``; when enabled, ``trained`` and ``zero-shot`` are ``HierarchicalPolicy`` (the
     zero-shot one with both adapters off; single directives only)."""
     unknown = [n for n in names if n not in POLICIES]
@@ -309,6 +315,8 @@ def build_policies(names: Sequence[str], *, seed: int = 0,
             out[name] = MergedPolicy(model(), directives=directives, max_new_tokens=max_new_tokens)
         elif name == "zero-shot":
             out[name] = ZeroShotPolicy(model(), directives=directives, max_new_tokens=max_new_tokens)
+        elif name in EXPERT_NAMES:
+            out[name] = OraclePolicy(directives)
         else:
             out[name] = baseline(name, seed)
     return out

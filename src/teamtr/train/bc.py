@@ -7,11 +7,13 @@ seed's offline + online). With ``explore`` > 0 the collecting episodes take a ra
 that share of steps while still labelling each state with the expert's choice, so the clone also sees
 states off the expert's path (DAgger-style labels; Ross et al. 2011).
 
-In whole-team mode (``mode="whole_team"``) a demonstration is cloned as the whole-team output that
-carries it out: the labelled directive on its agent's line, "carry on" on every other line (the
-expert's one new directive per tick, which the team executes exactly as in single mode), and the loss
-is that output's negative log-probability under the state's grammar (the sum over its tokens, the
-quantity token-level PPO then moves). A clone of single decisions never sees "carry on": decoded
+In whole-team mode (``mode="whole_team"``) the demonstrations come from the whole-team oracle
+(``TeamState.expert_lines``: every agent with something new to do gets its line in the same tick, and
+the collecting episodes follow it) and a demonstration is cloned as the whole-team output of those
+lines, "carry on" on every other line; the loss is that output's negative log-probability under the
+state's grammar (the sum over its tokens, the quantity token-level PPO then moves). A demonstration
+without lines (collected in single mode) is cloned as its one labelled directive with every other line
+carrying on. A clone of single decisions never sees "carry on": decoded
 whole-team, it repeated its one learned choice on every line (escape-room, README).
 """
 
@@ -47,6 +49,9 @@ class Demo:
     #: each candidate's target agent (None: a team goal, an allocation or the no-op), for whole-team
     #: cloning; empty for demonstrations read from files without them (single mode only)
     targets: tuple[str | None, ...] = ()
+    #: the whole-team oracle's lines (candidate indices, at most one per agent; empty: every line
+    #: carries on), for whole-team cloning; None: the demonstration is its one ``label``
+    lines: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -68,21 +73,25 @@ def whole_team_view(demo: Demo) -> Decision:
 def expressible(demo: Demo) -> bool:
     """Whether a whole-team output can carry out ``demo.label``: a directive to one agent, or the no-op
     (every line carries on). A team goal or an allocation ("pair X with Y", target ``a+b``) has no line
-    in this mode (``policy.whole_team``), so its demonstration cannot be cloned here."""
+    in this mode (``policy.whole_team``), so its demonstration cannot be cloned here. The whole-team
+    oracle's ``lines`` always can."""
+    if demo.lines is not None:
+        return True
     target = demo.targets[demo.label]
     return (target is not None and "+" not in target) or demo.candidates[demo.label] == NOOP.text
 
 
 def whole_team_label(demo: Demo, sources: Sequence[Sequence[int]]) -> tuple[int, ...]:
-    """The option per agent line that carries out ``demo.label`` (``expressible``): its agent's line
-    takes the labelled directive (or the option with the same text), every other line carries on (its
-    last option); the no-op is every line carrying on."""
-    text = demo.candidates[demo.label]
+    """The option per agent line that carries out ``demo.lines`` (else ``demo.label``, which must be
+    ``expressible``): each line's agent takes its directive (or the option with the same text), every
+    other line carries on (its last option); the no-op is every line carrying on."""
+    wanted = demo.lines if demo.lines is not None else (demo.label,)
+    texts = {demo.candidates[k] for k in wanted if demo.candidates[k] != NOOP.text}
     choice = []
     for options in sources:
         pick = len(options) - 1
         for j, k in enumerate(options[:-1]):
-            if k == demo.label or demo.candidates[k] == text:
+            if k in wanted or demo.candidates[k] in texts:
                 pick = j
                 break
         choice.append(pick)
@@ -90,15 +99,18 @@ def whole_team_label(demo: Demo, sources: Sequence[Sequence[int]]) -> tuple[int,
 
 
 def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float = 0.0,
-                 parallel: int = 16, what: str = "demo collection") -> list[Demo]:
+                 parallel: int = 16, what: str = "demo collection", mode: str = "single") -> list[Demo]:
     """Collect ``n`` oracle-labelled decisions from episodes seeded ``seed, seed+1, ...`` (``what``:
-    the progress phase's name)."""
+    the progress phase's name). ``mode="whole_team"``: each carries the whole-team oracle's lines, and
+    the episodes follow them (off the expert's path: one random candidate, as in single mode)."""
+    if mode not in ("single", "whole_team"):
+        raise TeamTRError(f"expert_demos: mode {mode!r} is not single or whole_team.")
     with Progress(what, n, unit="decisions") as progress:
-        return _expert_demos(make_team, n, seed, explore, parallel, progress)
+        return _expert_demos(make_team, n, seed, explore, parallel, progress, mode == "whole_team")
 
 
 def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float, parallel: int,
-                  progress: Progress) -> list[Demo]:
+                  progress: Progress, whole_team: bool) -> list[Demo]:
     rng = random.Random(seed)
     demos: list[Demo] = []
     next_seed = seed
@@ -109,12 +121,14 @@ def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: flo
         next_seed += parallel
         while batch.live() and len(demos) < n:
             states = batch.states()
-            choices = []
+            choices: list[int | list[int]] = []
             for s in states:
                 demos.append(Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert,
-                                  targets=tuple(getattr(c, "target", None) for c in s.candidates)))
+                                  targets=tuple(getattr(c, "target", None) for c in s.candidates),
+                                  lines=s.expert_lines if whole_team else None))
                 off = explore > 0 and rng.random() < explore
-                choices.append(rng.randrange(len(s.candidates)) if off else s.expert)
+                expert = list(s.expert_lines) if whole_team else s.expert
+                choices.append(rng.randrange(len(s.candidates)) if off else expert)
             batch.step(choices)
             progress.update(min(len(demos), n))
     return demos[:n]
@@ -209,7 +223,7 @@ def _whole_team_demos(demos: Sequence[Demo]) -> list[Demo]:
     for d in demos:
         whole_team_view(d)
     kept = [d for d in demos if expressible(d)]
-    if not any(d.targets[d.label] is not None for d in kept):
+    if not any(d.lines if d.lines is not None else d.targets[d.label] is not None for d in kept):
         raise TeamTRError(f"Whole-team behaviour cloning: none of the {len(demos)} demonstrations directs a single "
                           "agent (goals and allocations have no line in whole-team mode); clone in single mode "
                           "(team.directives=single) or start from a curriculum stage in single mode.")

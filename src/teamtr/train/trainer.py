@@ -274,17 +274,18 @@ class Trainer:
         if not cfg.enabled or self.bc_done:
             return
         demos = list(bc_mod.file_demos(cfg.files, cfg.success_weighted)) if cfg.files else []
+        # clone in the directive mode training starts in: the whole-team oracle's outputs for whole-team
+        # training (a single-decision clone never writes "carry on"); free text starts from single decisions
+        mode = "whole_team" if self.curriculum.directives() == "whole_team" else "single"
         if cfg.demos:
             parallel = self.config.rollout.parallel
             # expert_demos uses up to demos + parallel episodes (one decision each at the least).
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.seeds.take(cfg.demos + parallel),
-                                         explore=cfg.explore, parallel=parallel)
+                                         explore=cfg.explore, parallel=parallel, mode=mode)
         heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
-                                      seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos")
+                                      seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos",
+                                      mode=mode)
         start = time.perf_counter()
-        # clone in the directive mode training starts in: whole-team outputs for whole-team training
-        # (a single-decision clone never writes "carry on"); free text starts from single decisions
-        mode = "whole_team" if self.curriculum.directives() == "whole_team" else "single"
         bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
             seed=self.config.seed, schedule=cfg.schedule, heldout=heldout, mode=mode,
