@@ -161,9 +161,14 @@ def _mode(config: dict[str, Any]) -> str:
     return "" if mode == "single" else f", {mode.replace('_', '-')} directives"
 
 
+#: baselines that direct in the run's ``team.directives`` mode (``eval.policies.build_policies``)
+MODE_BASELINES = ("oracle", "heuristic", "zero-shot")
+
+
 def world(files: list[str]) -> str:
     """One world's table from several ``teamtr sweep --json`` files (the first sets the world): the
-    scripted and zero-shot baselines once (from the first file that has each), then every file's ``bc``
+    scripted and zero-shot baselines once (from the first file that has each; the expert and zero-shot
+    rows once per directive mode, as they direct in it), then every file's ``bc``
     and ``trained`` rows, labelled by the recipe its config resolved. A file whose world options differ
     from the first's says how in its label, so no row claims a setting it was not measured in."""
     loaded = [(f, _load(f)) for f in files]
@@ -193,8 +198,11 @@ def world(files: list[str]) -> str:
                 init = (d["config"].get("model") or {}).get("init")
                 warm = "BC" if d["config"]["bc"]["enabled"] or not init else f"`{init}` (the warm start)"
                 rows.append((warm + _mode(d["config"]) + where, f"the `bc` row of `{d['command']}`", row))
-            elif policy not in baselines and not notes:
-                baselines[policy] = (f"`{d['command']}`", row)
+            elif not notes:
+                # the oracle and the zero-shot model direct in the run's mode (the whole-team oracle
+                # directs every agent at once): one row per mode; scripted baselines are the same in every mode
+                key = policy + (_mode(d["config"]) if policy in MODE_BASELINES else "")
+                baselines.setdefault(key, (f"`{d['command']}`", row))
     out = [f"{name} ({_options(first_env)}), held-out seeds from "
            f"{loaded[0][1]['config']['train']['eval_seed_offset']:,}, greedy; mean ± std over seeds "
            f"(`{'`, `'.join(files)}`)\n",

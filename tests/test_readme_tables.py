@@ -66,6 +66,16 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     assert "0.600 ± 0.000" in lines["`runs/x/bc` (the warm start), whole-team directives"]
     # a baseline is taken from the first file whose world is the table's: b's zero-shot (0.5) is another world's
     assert "0.000 ± 0.000" in lines["zero-shot"] and "0.030 ± 0.000" in lines["random"]
+    # the oracle directs in its run's mode: a whole-team file adds its own oracle row, not its random one
+    w = _sweep_file(tmp_path / "w.json", "teamtr sweep default --seeds 0 --set team.directives=whole_team",
+                    {"name": "escape-room", "agents": 3}, True, 1, {"trained": 0.5, "oracle": 0.99, "random": 0.02},
+                    directives="whole_team")
+    a2 = _sweep_file(tmp_path / "a2.json", "teamtr sweep default --seeds 0", {"name": "escape-room", "agents": 3},
+                     True, 2, {"trained": 1.0, "oracle": 1.0, "random": 0.03})
+    lines = {line.split(" | ")[0].lstrip("| "): line for line in tables.world([a2, w]).splitlines()
+             if line.startswith("| ")}
+    assert "1.000 ± 0.000" in lines["oracle"] and "0.990 ± 0.000" in lines["oracle, whole-team directives"]
+    assert "0.030 ± 0.000" in lines["random"] and not any("0.020" in line for line in lines.values())
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):
