@@ -157,8 +157,10 @@ def recipe(config: dict[str, Any]) -> str:
 
 
 def _mode(config: dict[str, Any]) -> str:
-    mode = (config.get("team") or {}).get("directives", "single")
-    return "" if mode == "single" else f", {mode.replace('_', '-')} directives"
+    team = config.get("team") or {}
+    mode = team.get("directives", "single")
+    hierarchical = ", hierarchical" if (team.get("hierarchy") or {}).get("enabled") else ""
+    return hierarchical + ("" if mode == "single" else f", {mode.replace('_', '-')} directives")
 
 
 #: baselines that direct in the run's ``team.directives`` mode (``eval.policies.build_policies``)

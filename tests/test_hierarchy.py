@@ -20,6 +20,7 @@ from teamtr.rl.losses import masked_log_softmax
 from teamtr.team import Team
 from teamtr.train.checkpoint import validate_checkpoint
 from teamtr.train.hierarchy import levels_trained
+from teamtr.train import bc as bc_mod
 from teamtr.train.trainer import Trainer
 
 BASE = ["model.backbone=tiny-random", "bc.enabled=false", "rollout.episodes=2", "rollout.parallel=2",
@@ -176,12 +177,13 @@ def test_a_world_without_goals_and_unsupported_settings_fail_with_the_key(tmp_pa
         Trainer(relay)
     assert not (tmp_path / "run").exists()
     for setting, words in (("team.directives=whole_team", "team.directives must be single"),
-                           ("bc.enabled=true", "bc.enabled must be false"),
+                           ("bc.enabled=true algo.ref=bc", "algo.ref=bc names one adapter, .* set algo.ref=base"),
+                           ("bc.enabled=true algo.ref=base bc.files=[x.jsonl]", "bc.files carry no phase goals"),
                            ("algo.name=trpo", "algo.name=trpo is not supported"),
                            ("model.rl_layers=1", "model.rl_layers=1 caches activations"),
                            ("rollout.backend=ray", "rollout.backend must be inline")):
         with pytest.raises(TeamTRError, match=rf"team.hierarchy.enabled=true: {words}"):
-            config(tmp_path, setting)
+            config(tmp_path, *setting.split())
     with pytest.raises(TeamTRError, match=r"team.hierarchy.every"):
         config(tmp_path, "team.hierarchy.every=0")
 
@@ -208,3 +210,39 @@ def test_the_final_table_and_teamtr_eval_of_a_hierarchical_run_set_goals(tmp_pat
     assert main(["eval", "--checkpoint", str(run), "--episodes", "2", "--json", str(tmp_path / "e.json")]) == 0
     rows = json.loads((tmp_path / "e.json").read_text())["rows"]
     assert set(rows) == {"trained"} and rows["trained"]["length"] == 6.0
+
+
+def test_oracle_demonstrations_carry_the_oracles_goals_and_its_goal_choices():
+    goals = []
+    make_team = lambda: Team(make("software-team", engineers=2, bug_rate=0.5), history_len=1)  # noqa: E731
+    demos = bc_mod.expert_demos(make_team, 60, seed=0, parallel=4, schedule=GoalSchedule(every=4), goals=goals)
+    phases = [g.candidates[g.label] for g in goals]
+    assert all(g.task.endswith(STRATEGIC_ROLE) and all(c.startswith("phase: ") for c in g.candidates) for g in goals)
+    assert {p.split(" (")[0] for p in phases} >= {"phase: requirements", "phase: design", "phase: development"}
+    # every tactical demonstration reads the goal in force, one the oracle chose
+    assert all(d.goal in phases for d in demos)
+    assert "Goal: phase: " in user_text(demos[-1])
+    # the oracle's goals are due every 4 ticks and after milestones: fewer goal choices than decisions
+    assert 60 // 4 <= len(goals) < 60
+
+
+def test_a_hierarchical_run_clones_both_levels(tmp_path, monkeypatch):
+    trainer = Trainer(config(tmp_path, "bc.enabled=true", "algo.ref=base", "bc.demos=24", "bc.epochs=1",
+                             "bc.batch_size=8", "train.iterations=0"))
+    calls, original = [], bc_mod.behaviour_clone
+    monkeypatch.setattr(bc_mod, "behaviour_clone", lambda c, demos, **k: calls.append(
+        (c.peft.active_adapters[0], demos)) or original(c, demos, **k))
+    before = {a: {n: p.detach().clone() for n, p in _lora(trainer.coordinator, a).items()}
+              for a in ("default", "strategic")}
+    trainer.warm_up()
+    trainer.close()
+    assert [a for a, _ in calls] == ["default", "strategic"]  # the strategic clone runs under its own adapter
+    tactical, strategic = calls[0][1], calls[1][1]
+    assert len(tactical) == 24 and all(d.goal for d in tactical)
+    assert strategic and all(c.startswith("phase: ") for d in strategic for c in d.candidates)
+    for adapter in ("default", "strategic"):  # each adapter moved
+        after = _lora(trainer.coordinator, adapter)
+        assert any(not torch.equal(before[adapter][n], p) for n, p in after.items()), adapter
+    rows = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    assert any("bc/strategic_heldout_accuracy" in r for r in rows) and any("bc/heldout_accuracy" in r for r in rows)
+    assert (tmp_path / "run" / "bc" / "adapter" / "strategic" / "adapter_model.safetensors").is_file()

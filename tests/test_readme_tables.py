@@ -76,6 +76,11 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
              if line.startswith("| ")}
     assert "1.000 ± 0.000" in lines["oracle"] and "0.990 ± 0.000" in lines["oracle, whole-team directives"]
     assert "0.030 ± 0.000" in lines["random"] and not any("0.020" in line for line in lines.values())
+    # a hierarchical run says so in its label
+    h = json.loads(Path(a2).read_text())
+    h["config"]["team"]["hierarchy"] = {"enabled": True}
+    Path(a2).write_text(json.dumps(h))
+    assert "| BC + PPO, hierarchical | 1.000 ± 0.000" in tables.world([a2])
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):

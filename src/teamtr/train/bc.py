@@ -28,11 +28,12 @@ from typing import Callable, Sequence
 import torch
 
 from teamtr.core import NOOP, TeamTRError
+from teamtr.hierarchy import GoalSchedule, goal_state
 from teamtr.policy.coordinator import CoordinatorLike
 from teamtr.policy.prompts import Decision
 from teamtr.rl.losses import imitation_nll, masked_log_softmax
 from teamtr.rl.schedules import warmup_cosine
-from teamtr.team import Team, TeamBatch
+from teamtr.team import Team, TeamBatch, TeamState
 from teamtr.telemetry.progress import Progress
 
 
@@ -52,6 +53,8 @@ class Demo:
     #: the whole-team oracle's lines (candidate indices, at most one per agent; empty: every line
     #: carries on), for whole-team cloning; None: the demonstration is its one ``label``
     lines: tuple[int, ...] | None = None
+    #: the phase goal in force (a hierarchical coordinator's tactical level reads it in its prompt)
+    goal: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,18 +102,43 @@ def whole_team_label(demo: Demo, sources: Sequence[Sequence[int]]) -> tuple[int,
 
 
 def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float = 0.0,
-                 parallel: int = 16, what: str = "demo collection", mode: str = "single") -> list[Demo]:
+                 parallel: int = 16, what: str = "demo collection", mode: str = "single",
+                 schedule: GoalSchedule | None = None, goals: list[Demo] | None = None) -> list[Demo]:
     """Collect ``n`` oracle-labelled decisions from episodes seeded ``seed, seed+1, ...`` (``what``:
     the progress phase's name). ``mode="whole_team"``: each carries the whole-team oracle's lines, and
-    the episodes follow them (off the expert's path: one random candidate, as in single mode)."""
+    the episodes follow them (off the expert's path: one random candidate, as in single mode).
+
+    ``schedule`` (a hierarchical coordinator's, ``team.hierarchy``): whenever a team's goal is due the
+    oracle's goal (``expert_goal``) is put in force, and the decision is appended to ``goals`` as a
+    strategic demonstration (the goals as candidates, ``hierarchy.goal_state``); every demonstration
+    returned carries the goal in force, as the tactical level's prompt does."""
     if mode not in ("single", "whole_team"):
         raise TeamTRError(f"expert_demos: mode {mode!r} is not single or whole_team.")
+    if schedule is not None and goals is None:
+        raise TeamTRError("expert_demos: a goal schedule needs a list to put the strategic demonstrations in (goals).")
     with Progress(what, n, unit="decisions") as progress:
-        return _expert_demos(make_team, n, seed, explore, parallel, progress, mode == "whole_team")
+        return _expert_demos(make_team, n, seed, explore, parallel, progress, mode == "whole_team",
+                             (schedule, goals) if schedule is not None else None)
+
+
+def _demo(s: TeamState, lines: tuple[int, ...] | None = None) -> Demo:
+    return Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert,
+                targets=tuple(getattr(c, "target", None) for c in s.candidates), lines=lines, goal=s.goal)
+
+
+def _oracle_goals(batch: TeamBatch, schedule: GoalSchedule, goals: list[Demo]) -> None:
+    """Every live team whose goal is due gets the oracle's; each such choice joins ``goals``."""
+    for k in batch.live():
+        team = batch.teams[k]
+        if schedule.due(team):
+            state = goal_state(team)
+            goals.append(_demo(state))
+            team.set_goal(state.candidates[state.expert])
 
 
 def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float, parallel: int,
-                  progress: Progress, whole_team: bool) -> list[Demo]:
+                  progress: Progress, whole_team: bool,
+                  hierarchy: tuple[GoalSchedule, list[Demo]] | None) -> list[Demo]:
     rng = random.Random(seed)
     demos: list[Demo] = []
     next_seed = seed
@@ -120,12 +148,12 @@ def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: flo
         batch.reset(list(range(next_seed, next_seed + parallel)))
         next_seed += parallel
         while batch.live() and len(demos) < n:
+            if hierarchy is not None:
+                _oracle_goals(batch, *hierarchy)
             states = batch.states()
             choices: list[int | list[int]] = []
             for s in states:
-                demos.append(Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert,
-                                  targets=tuple(getattr(c, "target", None) for c in s.candidates),
-                                  lines=s.expert_lines if whole_team else None))
+                demos.append(_demo(s, s.expert_lines if whole_team else None))
                 off = explore > 0 and rng.random() < explore
                 expert = list(s.expert_lines) if whole_team else s.expert
                 choices.append(rng.randrange(len(s.candidates)) if off else expert)

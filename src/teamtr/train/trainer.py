@@ -269,7 +269,9 @@ class Trainer:
                           self.make_agent)
 
     def warm_up(self) -> None:
-        """Behaviour cloning before RL (once per run; a resumed run skips it)."""
+        """Behaviour cloning before RL (once per run; a resumed run skips it). A hierarchical coordinator
+        clones both levels: the tactical adapter on the oracle's directives under the oracle's goals,
+        the strategic adapter on those goal choices."""
         cfg = self.config.bc
         if not cfg.enabled or self.bc_done:
             return
@@ -277,26 +279,48 @@ class Trainer:
         # clone in the directive mode training starts in: the whole-team oracle's outputs for whole-team
         # training (a single-decision clone never writes "carry on"); free text starts from single decisions
         mode = "whole_team" if self.curriculum.directives() == "whole_team" else "single"
+        schedule = self.hierarchy.schedule if self.hierarchy is not None else None
+        goals: list[bc_mod.Demo] = []
+        heldout_goals: list[bc_mod.Demo] = []
         if cfg.demos:
             parallel = self.config.rollout.parallel
             # expert_demos uses up to demos + parallel episodes (one decision each at the least).
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.seeds.take(cfg.demos + parallel),
-                                         explore=cfg.explore, parallel=parallel, mode=mode)
+                                         explore=cfg.explore, parallel=parallel, mode=mode, schedule=schedule,
+                                         goals=goals)
         heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
                                       seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos",
-                                      mode=mode)
+                                      mode=mode, schedule=schedule, goals=heldout_goals)
         start = time.perf_counter()
-        bc_mod.behaviour_clone(
+        steps = bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
             seed=self.config.seed, schedule=cfg.schedule, heldout=heldout, mode=mode,
             log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
-        )
+        ).get("bc/step", 0)
+        if goals:
+            self._clone_goals(goals, heldout_goals, int(steps), start)
         self.bc_done = True
         if self.dist.is_main:  # every rank cloned the same demonstrations: one copy is written
             with uninterrupted():
                 self.coordinator.save(self.run_dir / "bc")
         if self.config.algo.ref == "bc":
             self.bc_state = self.coordinator.adapter_state()
+
+    def _clone_goals(self, goals: list[bc_mod.Demo], heldout: list[bc_mod.Demo], after: int, start: float) -> None:
+        """Clone the strategic adapter on the oracle's goal choices (logged as ``bc/strategic_*``,
+        steps numbered on from the tactical cloning's ``after``)."""
+        from teamtr.policy.levels import use_level
+
+        cfg = self.config.bc
+        say(f"behaviour cloning the strategic level on {len(goals)} goal choices")
+
+        def log(step: int, m: dict[str, float]) -> None:
+            named = {k.replace("bc/", "bc/strategic_", 1): v for k, v in m.items()}
+            self._log("bc", after + step, {**named, "perf/wall_time": time.perf_counter() - start})
+
+        with use_level(self.coordinator, "strategic"):
+            bc_mod.behaviour_clone(self.coordinator, goals, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                                   seed=self.config.seed + 1, schedule=cfg.schedule, heldout=heldout, log=log)
 
     def tune_roles(self) -> None:
         """Behaviour-clone the LLM role agents' adapters (``team.llm.role_adapters``; once per run)."""
