@@ -112,19 +112,41 @@ def compare(files: list[str]) -> str:
         world = f"{env.pop('name')} ({_options(env)})" if env else "worlds differ per group"
         out.append(f"`{d.get('command') or 'teamtr report --compare'}`: {world}; success of the sampled "
                    f"training episodes per iteration; final columns = the end-of-run table's greedy trained row (`{f}`)\n")
-        out.append("| runs | algorithm | LR (TRPO: KL bound) | seeds | " + " | ".join(label for _, label in COMPARE_COLUMNS) + " |")
-        out.append("|---" * (len(COMPARE_COLUMNS) + 4) + "|")
+        reach = f"decisions_to_{d.get('threshold', 0.9):g}"
+        out.append("| runs | algorithm | LR (TRPO: KL bound) | noise, replay | seeds | "
+                   + " | ".join(label for _, label in COMPARE_COLUMNS)
+                   + f" | decisions to {d.get('threshold', 0.9):g} |")
+        out.append("|---" * (len(COMPARE_COLUMNS) + 6) + "|")
         for label, row in groups.items():
             st = row.get("settings", {})
             seeds = st.get("seeds") or []
             # TRPO's policy step is set by its KL bound; it ignores algo.lr (its value head steps at algo.value_lr)
             step = f"δ = {st['algo.trpo_delta']}" if st.get("algo.name") == "trpo" and st.get("algo.trpo_delta") \
                 else st.get("algo.lr", "-")
-            out.append(f"| {label} | {st.get('algo.name', '-')} | {step} | "
+            out.append(f"| {label} | {st.get('algo.name', '-')} | {step} | {_extras(st)} | "
                        f"{', '.join(map(str, seeds)) or '-'} | "
-                       + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS) + " |")
+                       + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS)
+                       + f" | {_reached(row.get(reach))} |")
         out.append("")
     return "\n".join(out)
+
+
+def _extras(settings: dict[str, Any]) -> str:
+    """Exploration noise and replay of successes where a group's runs set them (else "-")."""
+    shown = [f"{name} {settings[key]}" for key, name in (("policy.noise", "noise"), ("algo.replay_coef", "replay"))
+             if settings.get(key)]
+    return ", ".join(shown) or "-"
+
+
+def _reached(stat: dict[str, Any] | None) -> str:
+    """Decisions until the training success first reached the threshold: mean ± std over the runs that
+    did, with how many of them did ("never" when none)."""
+    if not stat:
+        return "-"
+    if not stat.get("n"):
+        return "never"
+    cell = f"{stat['mean']:.0f} ± {stat['std']:.0f}"
+    return cell + (f" ({stat['n']} of {len(stat['values'])} runs)" if stat["n"] != len(stat["values"]) else "")
 
 
 def agents(files: list[str]) -> str:

@@ -110,7 +110,29 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     spec.loader.exec_module(tables)
     text = tables.compare([str(out / "compare.json")])  # the README block benchmarks/tables.py writes
     assert "escape-room (`agents=3`)" in text and f"`{saved['command']}`" in text
-    assert "| sweep-a | ppo | 3e-05 | 0, 1 | 0.900 ± 0.100 |" in text
-    assert "| b | pg | 0.0003 | 0 | 0.300 ± 0.000 |" in text
-    assert "| t | trpo | δ = 0.02 | 0 | 0.200 ± 0.000 |" in text  # TRPO's step is its KL bound, not algo.lr
-    assert "| t0 | trpo | δ = 0.01 | 0 | 0.200 ± 0.000 |" in text
+    assert "| sweep-a | ppo | 3e-05 | - | 0, 1 | 0.900 ± 0.100 |" in text
+    assert "| b | pg | 0.0003 | - | 0 | 0.300 ± 0.000 |" in text
+    assert "| t | trpo | δ = 0.02 | - | 0 | 0.200 ± 0.000 |" in text  # TRPO's step is its KL bound, not algo.lr
+    assert "| t0 | trpo | δ = 0.01 | - | 0 | 0.200 ± 0.000 |" in text
+    # decisions until the training success first reached 0.9: sweep-a's seed 0 at iteration 2 (200), seed 1 never
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert rows["sweep-a"].endswith("| 200 ± 0 (1 of 2 runs) |") and rows["b"].endswith("| never |")
+
+
+def test_the_table_names_noise_and_replay_where_a_group_set_them(tmp_path: Path) -> None:
+    run = _run(tmp_path / "n", [0.5, 1.0])
+    config = yaml.safe_load((run / "config.yaml").read_text())
+    (run / "config.yaml").write_text(yaml.safe_dump({**config, "policy": {"noise": 0.1},
+                                                     "algo": {**config["algo"], "replay_coef": 0.5}}))
+    settings = group_runs([run], ["n"])
+    from teamtr.telemetry.compare import group_settings
+
+    st = group_settings(settings["n"])
+    assert st["policy.noise"] == 0.1 and st["algo.replay_coef"] == 0.5
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tables", Path(__file__).resolve().parent.parent / "benchmarks/tables.py")
+    tables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tables)
+    assert tables._extras(st) == "noise 0.1, replay 0.5"
+    assert tables._extras(group_settings([_run(tmp_path / "plain", [0.5])])) == "-"  # replay_coef's default 0

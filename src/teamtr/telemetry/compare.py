@@ -124,7 +124,7 @@ def _mean_std(values: list[Any]) -> dict[str, Any]:
 
 #: The settings a comparison's table shows per group (what the runs were asked to do).
 SETTINGS = ("env", "algo.name", "algo.lr", "algo.trpo_delta", "algo.clip_eps", "algo.target_kl", "algo.epochs", "model.init",
-            "train.iterations", "rollout.episodes")
+            "train.iterations", "rollout.episodes", "policy.noise", "algo.replay_coef")
 
 
 def _algo_default(key: str) -> Any:
