@@ -185,8 +185,14 @@ def _mode(config: dict[str, Any]) -> str:
     return hierarchical + ("" if mode == "single" else f", {mode.replace('_', '-')} directives")
 
 
-#: baselines that direct in the run's ``team.directives`` mode (``eval.policies.build_policies``)
-MODE_BASELINES = ("oracle", "heuristic", "zero-shot")
+def _baseline_mode(policy: str, config: dict[str, Any]) -> str:
+    """What a baseline row's label adds for the run's mode: the zero-shot model directs in the run's
+    mode (and hierarchy); the expert gives the whole-team oracle's lines in whole-team and free-text
+    runs (``OraclePolicy``), and never uses the hierarchy; scripted baselines are the same everywhere."""
+    if policy == "zero-shot":
+        return _mode(config)
+    directives = (config.get("team") or {}).get("directives", "single")
+    return ", whole-team directives" if policy in ("oracle", "heuristic") and directives != "single" else ""
 
 
 def world(files: list[str]) -> str:
@@ -225,7 +231,7 @@ def world(files: list[str]) -> str:
             elif not notes:
                 # the oracle and the zero-shot model direct in the run's mode (the whole-team oracle
                 # directs every agent at once): one row per mode; scripted baselines are the same in every mode
-                key = policy + (_mode(d["config"]) if policy in MODE_BASELINES else "")
+                key = policy + _baseline_mode(policy, d["config"])
                 baselines.setdefault(key, (f"`{d['command']}`", row))
     out = [f"{name} ({_options(first_env)}), held-out seeds from "
            f"{loaded[0][1]['config']['train']['eval_seed_offset']:,}, greedy; mean ± std over seeds "

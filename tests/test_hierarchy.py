@@ -178,6 +178,7 @@ def test_a_world_without_goals_and_unsupported_settings_fail_with_the_key(tmp_pa
     assert not (tmp_path / "run").exists()
     for setting, words in (("team.directives=whole_team", "team.directives must be single"),
                            ("bc.enabled=true algo.ref=bc", "algo.ref=bc names one adapter, .* set algo.ref=base"),
+                           ("algo.ref=bc model.init=runs/x/bc", "algo.ref=bc names one adapter"),
                            ("bc.enabled=true algo.ref=base bc.files=[x.jsonl]", "bc.files carry no phase goals"),
                            ("algo.name=trpo", "algo.name=trpo is not supported"),
                            ("model.rl_layers=1", "model.rl_layers=1 caches activations"),
@@ -200,7 +201,7 @@ def test_the_final_table_and_teamtr_eval_of_a_hierarchical_run_set_goals(tmp_pat
     from teamtr.cli import main
 
     run = tmp_path / "run"
-    sets = [*TINY, "model.rl_layers=all", "train.iterations=1", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=2",
+    sets = [*TINY, "algo.ref=base", "model.rl_layers=all", "train.iterations=1", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=2",
             f"run_dir={run}"]
     assert main(["train", *sum((["--set", s] for s in sets), [])]) == 0
     episodes = [json.loads(x) for x in (run / "eval_transcripts.jsonl").read_text().splitlines()]
@@ -230,14 +231,17 @@ def test_a_hierarchical_run_clones_both_levels(tmp_path, monkeypatch):
     trainer = Trainer(config(tmp_path, "bc.enabled=true", "algo.ref=base", "bc.demos=24", "bc.epochs=1",
                              "bc.batch_size=8", "train.iterations=0"))
     calls, original = [], bc_mod.behaviour_clone
+    snapshot = lambda: {n: p.detach().clone() for n, p in _lora(trainer.coordinator, "strategic").items()}  # noqa: E731
     monkeypatch.setattr(bc_mod, "behaviour_clone", lambda c, demos, **k: calls.append(
-        (c.peft.active_adapters[0], demos)) or original(c, demos, **k))
+        (c.peft.active_adapters[0], demos, snapshot())) or original(c, demos, **k))
     before = {a: {n: p.detach().clone() for n, p in _lora(trainer.coordinator, a).items()}
               for a in ("default", "strategic")}
     trainer.warm_up()
     trainer.close()
-    assert [a for a, _ in calls] == ["default", "strategic"]  # the strategic clone runs under its own adapter
+    assert [a for a, _, _ in calls] == ["default", "strategic"]  # the strategic clone runs under its own adapter
     tactical, strategic = calls[0][1], calls[1][1]
+    # the tactical cloning left the strategic adapter as it was
+    assert all(torch.equal(calls[0][2][n], p) for n, p in calls[1][2].items())
     assert len(tactical) == 24 and all(d.goal for d in tactical)
     assert strategic and all(c.startswith("phase: ") for d in strategic for c in d.candidates)
     for adapter in ("default", "strategic"):  # each adapter moved

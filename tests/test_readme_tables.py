@@ -80,7 +80,12 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     h = json.loads(Path(a2).read_text())
     h["config"]["team"]["hierarchy"] = {"enabled": True}
     Path(a2).write_text(json.dumps(h))
-    assert "| BC + PPO, hierarchical | 1.000 ± 0.000" in tables.world([a2])
+    flat = _sweep_file(tmp_path / "f.json", "teamtr sweep x --seeds 0", {"name": "escape-room", "agents": 3},
+                       True, 2, {"trained": 0.9, "oracle": 1.0, "zero-shot": 0.1})
+    text = tables.world([flat, a2])
+    assert "| BC + PPO, hierarchical | 1.000 ± 0.000" in text
+    # the oracle never uses the hierarchy: one oracle row
+    assert [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| oracle")] == ["| oracle"]
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):

@@ -3,13 +3,16 @@ line in the same decision; it is what whole-team cloning demonstrates and the or
 whole-team run's table."""
 
 import statistics
+from pathlib import Path
 
 import pytest
+
+from teamtr.core import NOOP, Directive, TeamExpertWorld, TeamTRError
 
 from teamtr.envs import make
 from teamtr.eval.policies import build_policies
 from teamtr.policy.whole_team import team_grammar
-from teamtr.team import Team
+from teamtr.team import Team, expert_lines
 from teamtr.train import bc as bc_mod
 
 
@@ -59,14 +62,41 @@ def test_asking_the_whole_team_oracle_leaves_the_world_as_it_was():
     assert seen >= 2  # some state had several agents to direct
 
 
-def test_worlds_with_a_whole_team_oracle_and_the_fallback():
+def test_worlds_with_a_whole_team_oracle_and_the_fallback(monkeypatch):
     # MPE spread: every agent off its optimal landmark gets a line in the first decision
     team = Team(make("spread"), history_len=1)
     state = team.reset(0)
-    assert len(state.expert_lines) == len(team.world.agents)
-    assert state.expert in state.expert_lines
-    outcome, decisions, _ = _play("spread", {}, 0, whole=True)
-    assert decisions >= 1 and outcome is not None
+    assert len(state.expert_lines) == len(team.world.agents) >= 2 and state.expert in state.expert_lines
+    # Overcooked: each chef whose wanted sub-task is new gets its line, the one-directive heuristic's among them
+    team = Team(make("overcooked", layout="cramped_room"), history_len=1)
+    state = team.reset(0)
+    assert len(state.expert_lines) == 2 and state.expert in state.expert_lines
+    # a world without expert_directives (a plug-in): its one-directive oracle's line
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parent.parent / "examples" / "relay"))
+    from relay_world.world import RelayWorld
+
+    team = Team(RelayWorld(), history_len=1)
+    state = team.reset(0)
+    assert not isinstance(team.world, TeamExpertWorld) and state.expert_lines == (state.expert,)
+
+
+def test_a_line_that_is_no_candidate_is_an_error_naming_both_methods():
+    world = make("escape-room", agents=3)
+    world.reset(0)
+    bogus = Directive("agent_A: dance", "agent_A", "dance:floor")
+    with pytest.raises(TeamTRError, match="'agent_A: dance'.*directives\\(\\) and expert_directives\\(\\) disagree"):
+        expert_lines(type("W", (), {"name": "w", "expert_directives": lambda self: [bogus]})(),
+                     (*world.directives(), NOOP), 0)
+
+
+def test_software_teams_oracle_bookkeeping_is_restored():
+    team = Team(make("software-team", engineers=4, bug_rate=0.5), history_len=1)
+    state = team.reset(3)
+    while not team.finished:
+        before = (dict(team.world._doing), team.world._goal, team.world.describe())
+        assert team.world.expert_directives() == [state.candidates[k] for k in state.expert_lines]
+        assert (dict(team.world._doing), team.world._goal, team.world.describe()) == before
+        state, *_ = team.step(list(state.expert_lines))
 
 
 def test_the_oracle_row_directs_the_whole_team_outside_single_mode():

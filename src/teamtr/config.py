@@ -463,9 +463,8 @@ def _check_hierarchy(config: Config) -> None:
         why = "team.directives must be single (whole-team outputs under a goal are not built yet)"
     elif config.algo.name not in ("ppo", "pg"):
         why = f"algo.name={config.algo.name} is not supported there: each level learns from GAE; use ppo or pg"
-    elif config.bc.enabled and config.algo.ref == "bc":
-        why = ("algo.ref=bc names one adapter, and a hierarchical run clones two: set algo.ref=base "
-               "(or bc.enabled=false)")
+    elif config.algo.ref == "bc":
+        why = "algo.ref=bc names one adapter, and a hierarchical run has two: set algo.ref=base"
     elif config.bc.enabled and config.bc.files:
         why = "bc.files carry no phase goals: clone from the oracle (bc.demos) alone"
     elif m.rl_layers != "all" and m.rl_layers != m.train_layers:

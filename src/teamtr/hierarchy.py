@@ -67,4 +67,5 @@ def goal_state(team: Team) -> TeamState:
         expert = goals.index(world.expert_goal())
     except ValueError:
         raise TeamTRError(f"{team.world.name}: expert_goal() is not among goals(); the two disagree.") from None
-    return replace(team.state, task=f"{team.state.task}\n{STRATEGIC_ROLE}", candidates=goals, expert=expert)
+    return replace(team.state, task=f"{team.state.task}\n{STRATEGIC_ROLE}", candidates=goals, expert=expert,
+                   expert_lines=())  # the tactical oracle's lines index the directives, not the goals

@@ -80,7 +80,7 @@ class SuccessReplay:
 
 
 def _state(data: dict[str, Any]) -> TeamState:
-    return TeamState(**{**data, "history": tuple(data["history"]),
+    return TeamState(**{**data, "history": tuple(data["history"]), "expert_lines": tuple(data.get("expert_lines", ())),
                         "candidates": tuple(Directive(**c) for c in data["candidates"])})
 
 
