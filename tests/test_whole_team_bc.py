@@ -72,7 +72,9 @@ def test_whole_team_cloning_refuses_demonstrations_without_targets(tmp_path):
     coordinator = Coordinator(load_backbone("tiny-random", device="cpu"))
     with pytest.raises(TeamTRError, match="carry none.*team.directives=single"):
         bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=1, lr=1e-3, mode="whole_team")
-    with pytest.raises(TeamTRError, match="'free_text' mode is not supported"):
+    with pytest.raises(TeamTRError, match="'poetry' mode is not supported"):
+        bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=1, lr=1e-3, mode="poetry")
+    with pytest.raises(TeamTRError, match="carry none"):  # free text needs the targets too
         bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=1, lr=1e-3, mode="free_text")
 
 
@@ -81,7 +83,7 @@ TINY = ["model.backbone=tiny-random", "rollout.episodes=2", "rollout.parallel=2"
         "env.agents=2", "env.items=2", "bc.enabled=true", "bc.demos=16", "bc.epochs=1", "bc.batch_size=8"]
 
 
-@pytest.mark.parametrize("mode", ["single", "whole_team"])
+@pytest.mark.parametrize("mode", ["single", "whole_team", "free_text"])
 def test_the_trainer_clones_in_the_mode_training_starts_in(tmp_path, monkeypatch, mode):
     trainer = Trainer(load_config(None, [*TINY, f"run_dir={tmp_path / 'run'}", f"team.directives={mode}"]))
     seen, original = [], bc_mod.behaviour_clone

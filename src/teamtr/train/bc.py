@@ -15,6 +15,13 @@ state's grammar (the sum over its tokens, the quantity token-level PPO then move
 without lines (collected in single mode) is cloned as its one labelled directive with every other line
 carrying on. A clone of single decisions never sees "carry on": decoded
 whole-team, it repeated its one learned choice on every line (escape-room, README).
+
+In free-text mode (``mode="free_text"``) the same demonstrations are cloned as text: the new lines of
+that whole-team output, one per line (a no-op as the first agent's carry-on line: a text that says
+nothing is invalid, ``policy.grammar.parse_free_text``), followed by the end marker, and the loss is
+that text's negative log-probability over the whole vocabulary (``policy.free_text.score_texts``,
+the distribution free-text PPO samples from). A candidate-scoring clone never learns to *write* its
+directives: decoded freely it wrote "Tick 1 of 16" (README, free text).
 """
 
 from __future__ import annotations
@@ -201,10 +208,10 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
         raise TeamTRError(f"bc.schedule: {schedule!r} is not a schedule; use constant or cosine.")
     if not demos:
         raise TeamTRError("Behaviour cloning got no demonstrations (bc.demos = 0 and no bc.files).")
-    if mode not in ("single", "whole_team"):
-        raise TeamTRError(f"Behaviour cloning in {mode!r} mode is not supported: clone in single or whole_team "
-                          "mode (a curriculum stage can switch to free_text after the warm-up).")
-    if mode == "whole_team":
+    if mode not in ("single", "whole_team", "free_text"):
+        raise TeamTRError(f"Behaviour cloning in {mode!r} mode is not supported: clone in single, whole_team or "
+                          "free_text mode.")
+    if mode != "single":
         demos, heldout = _whole_team_demos(demos), _whole_team_demos(heldout) if heldout else heldout
     params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
@@ -220,6 +227,8 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
             batch = [demos[int(i)] for i in idx]
             if mode == "whole_team":
                 loss, acc = _whole_team_step(coordinator, batch)
+            elif mode == "free_text":
+                loss, acc = _free_text_step(coordinator, batch)
             else:
                 handles = coordinator.remember(batch)
                 scores, _ = coordinator.evaluate(handles)
@@ -246,8 +255,8 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
 
 
 def _whole_team_demos(demos: Sequence[Demo]) -> list[Demo]:
-    """The demonstrations whole-team cloning can use (``expressible``); every one must carry its
-    candidates' targets, and some must direct a single agent (checked before the first step)."""
+    """The demonstrations whole-team (and free-text) cloning can use (``expressible``); every one must
+    carry its candidates' targets, and some must direct a single agent (checked before the first step)."""
     for d in demos:
         whole_team_view(d)
     kept = [d for d in demos if expressible(d)]
@@ -284,14 +293,48 @@ def _whole_team_step(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tup
     return loss, float((~wrong).float().mean())
 
 
+def free_text_target(demo: Demo) -> str:
+    """The text free-text cloning teaches for ``demo``: the new lines of its whole-team output
+    (``whole_team_label``), one per line; the no-op as the first agent's carry-on line."""
+    from teamtr.policy.whole_team import team_grammar
+
+    grammar, sources = team_grammar(whole_team_view(demo))
+    choice = whole_team_label(demo, sources)
+    lines = [grammar.options[a][o] for a, o in enumerate(choice) if sources[a][o] >= 0]
+    return "\n".join(lines) or grammar.options[0][-1]
+
+
+def _free_text_step(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tuple[torch.Tensor, float]:
+    """The mean negative log-probability of each demonstration's target text (``free_text_target``,
+    then the end marker) over the whole vocabulary, and the share of them greedy decoding would write
+    (every token the argmax given the ones before: exactly what greedy decoding does)."""
+    from teamtr.policy.decoding import fold_prefixes
+    from teamtr.policy.free_text import score_texts
+
+    enc = coordinator.encode(batch)  # type: ignore[attr-defined]
+    prefix, dynamics = fold_prefixes([p for p, _ in enc], [tuple(e.dynamic) for _, e in enc])
+    end = tuple(coordinator.end_ids)  # type: ignore[attr-defined]
+    outputs = [tuple(ids) + end for ids in coordinator.tokens([free_text_target(d) for d in batch])]  # type: ignore[attr-defined]
+    scores = score_texts(coordinator.backbone.model, prefix, dynamics, outputs,  # type: ignore[attr-defined]
+                         temperature=coordinator.temperature)  # type: ignore[attr-defined]
+    assert scores.full is not None
+    ids = torch.zeros_like(scores.mask, dtype=torch.long)
+    for b, o in enumerate(outputs):
+        ids[b, : len(o)] = torch.tensor(o, device=ids.device)
+    hit = ((scores.full.argmax(-1) == ids) | ~scores.mask).all(-1)
+    return -scores.total.mean(), float(hit.float().mean())
+
+
 @torch.no_grad()
 def accuracy(coordinator: CoordinatorLike, demos: Sequence[Demo], batch_size: int = 32, mode: str = "single") -> float:
     """Share of ``demos`` whose label the greedy policy picks (whole-team mode: whose whole-team output
-    it writes)."""
+    it writes; free-text mode: whose target text it writes)."""
     hits = 0
     for s in range(0, len(demos), batch_size):
         chunk = list(demos[s : s + batch_size])
-        if mode == "whole_team":
+        if mode == "free_text":
+            hits += round(_free_text_step(coordinator, chunk)[1] * len(chunk))
+        elif mode == "whole_team":
             from teamtr.policy.whole_team import act_whole_team
 
             _, choices, tokens = _whole_team_targets(coordinator, chunk)

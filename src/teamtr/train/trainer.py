@@ -55,6 +55,12 @@ from teamtr.train.resume import check_resume_config, load_algo_state, resume_che
 SKIP_LIMIT = 3
 
 
+
+def _oracle(directives: str) -> str:
+    """Which oracle demonstrations follow in a run directing in ``directives``: whole-team lines in
+    whole-team and free-text runs (a free text may order several agents), else one directive a tick."""
+    return "single" if directives == "single" else "whole_team"
+
 class Trainer:
     """Trains a coordinator on ``config`` in ``config.run_dir`` (``resume``: from its newest complete
     checkpoint); ``run()`` then ``close()``, or use it as a context manager."""
@@ -277,8 +283,9 @@ class Trainer:
             return
         demos = list(bc_mod.file_demos(cfg.files, cfg.success_weighted)) if cfg.files else []
         # clone in the directive mode training starts in: the whole-team oracle's outputs for whole-team
-        # training (a single-decision clone never writes "carry on"); free text starts from single decisions
-        mode = "whole_team" if self.curriculum.directives() == "whole_team" else "single"
+        # training (a single-decision clone never writes "carry on"), as text for free-text training (a
+        # candidate-scoring clone never learns to write); demonstrations follow the whole-team oracle in both
+        mode = self.curriculum.directives()
         schedule = self.hierarchy.schedule if self.hierarchy is not None else None
         goals: list[bc_mod.Demo] = []
         heldout_goals: list[bc_mod.Demo] = []
@@ -286,11 +293,11 @@ class Trainer:
             parallel = self.config.rollout.parallel
             # expert_demos uses up to demos + parallel episodes (one decision each at the least).
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.seeds.take(cfg.demos + parallel),
-                                         explore=cfg.explore, parallel=parallel, mode=mode, schedule=schedule,
-                                         goals=goals)
+                                         explore=cfg.explore, parallel=parallel, mode=_oracle(mode),
+                                         schedule=schedule, goals=goals)
         heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
                                       seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos",
-                                      mode=mode, schedule=schedule, goals=heldout_goals)
+                                      mode=_oracle(mode), schedule=schedule, goals=heldout_goals)
         start = time.perf_counter()
         steps = bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
