@@ -64,6 +64,8 @@ class OraclePolicy:
     ``directives`` whole_team or free_text, the whole-team oracle's lines (``TeamState.expert_lines``),
     all delivered in one decision, as a coordinator in those modes may."""
 
+    lines = False  # single mode; a subclass that does not call __init__ keeps the one-directive oracle
+
     def __init__(self, directives: str = "single") -> None:
         self.lines = directives != "single"
 
