@@ -183,12 +183,9 @@ class SpreadWorld:
                    key=lambda perm: sum(self.dist(i, j) for i, j in enumerate(perm)))
 
     def expert_directive(self) -> Directive:
-        """Oracle: the optimal assignment, one agent at a time; the no-op once all are assigned."""
-        for agent, j in zip(self.agents, self.assignment()):
-            d = self._directive(agent, j)
-            if self.given.get(agent) != d:
-                return d
-        return NOOP
+        """Oracle: the optimal assignment, one agent at a time (the whole-team oracle's first line); the
+        no-op once all are assigned."""
+        return next(iter(self.expert_directives()), NOOP)
 
     def expert_directives(self) -> list[Directive]:
         """The whole-team oracle: every agent whose landmark in the optimal assignment is not its
