@@ -213,6 +213,34 @@ def test_the_final_table_and_teamtr_eval_of_a_hierarchical_run_set_goals(tmp_pat
     assert set(rows) == {"trained"} and rows["trained"]["length"] == 6.0
 
 
+def test_the_bc_row_of_a_hierarchical_run_plays_both_cloned_adapters(tmp_path):
+    from teamtr.cli import main
+    from teamtr.policy.levels import read_levels
+    from teamtr.train.checkpoint import latest_checkpoint
+
+    run = tmp_path / "run"
+    sets = [*TINY, "bc.enabled=true", "bc.demos=8", "bc.epochs=1", "bc.batch_size=8", "algo.ref=base",
+            "model.rl_layers=all", "train.iterations=1", "train.final_eval_episodes=2",
+            "train.final_zero_shot_episodes=0", "train.final_baselines=[]", f"run_dir={run}"]
+    assert main(["train", *sum((["--set", s] for s in sets), [])]) == 0
+    table = json.loads((run / "final_eval.json").read_text())
+    assert set(table["rows"]) == {"trained", "bc"} and table["episodes"]["bc"] == 2
+    episodes = [json.loads(x) for x in (run / "eval_transcripts.jsonl").read_text().splitlines()]
+    assert {e["policy"]: {bool(s.get("goal")) for s in e["steps"]} for e in episodes} == {"trained": {True}, "bc": {True}}
+    # the row's weights are the snapshot's, both levels; PPO had moved both since
+    coordinator = build_coordinator(load_config(run / "config.yaml"))
+    coordinator.load(latest_checkpoint(run) / "coordinator")
+    state = {**coordinator.read_adapter(run / "bc"), **read_levels(coordinator, run / "bc")}
+    trained = {a: {n: p.detach().clone() for n, p in _lora(coordinator, a).items()} for a in ("default", "strategic")}
+    for adapter in ("default", "strategic"):
+        assert {n for n in state if adapter_of(n) == adapter} == set(trained[adapter])
+        assert any(not torch.equal(state[n], p) for n, p in trained[adapter].items()), adapter
+    policy = HierarchicalPolicy(coordinator, GoalSchedule(every=2), state=state)
+    with policy.session():
+        assert all(torch.equal(p, state[n]) for a in ("default", "strategic") for n, p in _lora(coordinator, a).items())
+    assert all(torch.equal(p, trained[a][n]) for a in trained for n, p in _lora(coordinator, a).items())
+
+
 def test_oracle_demonstrations_carry_the_oracles_goals_and_its_goal_choices():
     goals = []
     make_team = lambda: Team(make("software-team", engineers=2, bug_rate=0.5), history_len=1)  # noqa: E731

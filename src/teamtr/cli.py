@@ -217,10 +217,16 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
                                             coordinator=trainer.coordinator, hierarchy=config.team.hierarchy,
                                             **directing(config))
     bc_dir = Path(config.run_dir) / "bc"
-    if config.train.iterations > 0 and bc_dir.is_dir() and not config.team.hierarchy.enabled:
+    if config.train.iterations > 0 and bc_dir.is_dir():
         # the warm start alone (this run's clone, or model.init's adapter) beside it + RL, in one table
-        cloned = eval_policies.ClonedPolicy(trainer.coordinator, trainer.coordinator.read_adapter(bc_dir),
-                                            **directing(config))
+        state = trainer.coordinator.read_adapter(bc_dir)
+        if config.team.hierarchy.enabled:  # both levels' adapters as cloned
+            from teamtr.policy.levels import read_levels
+
+            cloned: Any = eval_policies.HierarchicalPolicy(trainer.coordinator, policies["trained"].schedule,
+                                                           state={**state, **read_levels(trainer.coordinator, bc_dir)})
+        else:
+            cloned = eval_policies.ClonedPolicy(trainer.coordinator, state, **directing(config))
         policies = {"trained": policies.pop("trained"), "bc": cloned, **policies}
     table_suites = suites(env, eval_options(config.env.options(), config.train.eval_env), config.train.final_suite)
     n = config.train.final_eval_episodes

@@ -186,13 +186,18 @@ def assign_goals(coordinator: CoordinatorLike, teams: Sequence[Any], schedule: A
 class HierarchicalPolicy(CoordinatorPolicy):
     """A hierarchical coordinator (``team.hierarchy``): before each round ``plan(teams)`` lets the
     strategic adapter set the goal of every team whose goal is due; ``choose`` is the tactical
-    adapter's, the goal in its prompt (and in its memo key). ``base``: both adapters off (zero-shot)."""
+    adapter's, the goal in its prompt (and in its memo key). ``base``: both adapters off (zero-shot);
+    ``state``: other weights for both adapters over all the episodes (``read_adapter`` plus
+    ``read_levels`` of a snapshot: the end-of-run table's ``bc`` row)."""
 
     def __init__(self, coordinator: CoordinatorLike, schedule: Any, greedy: bool = True, batch: int = 16,
-                 seed: int = 0, base: bool = False) -> None:
+                 seed: int = 0, base: bool = False, state: dict[str, Any] | None = None) -> None:
         super().__init__(coordinator, greedy=greedy, batch=batch, seed=seed)
-        self.schedule, self.base = schedule, base
+        self.schedule, self.base, self.state = schedule, base, state
         self.goals_set = 0  # strategic decisions made
+
+    def session(self) -> ContextManager[None]:
+        return self.coordinator.use_adapter(self.state) if self.state else contextlib.nullcontext()
 
     def _off(self) -> ContextManager[None]:
         return self.coordinator.disable_adapter() if self.base else contextlib.nullcontext()

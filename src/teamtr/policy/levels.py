@@ -112,27 +112,48 @@ def save_levels(coordinator: Any, directory: Path) -> None:
                   str(Path(directory) / f"value_head_{name}.safetensors"))
 
 
+def _level_state(coordinator: Any, d: Path, name: str) -> dict[str, torch.Tensor]:
+    """Level ``name``'s LoRA weights as PEFT saved them in ``d`` (keys without the adapter's name),
+    checked against this coordinator; a checkpoint of a flat run has none, and is refused with the fix."""
+    from peft.utils import get_peft_model_state_dict
+
+    adapter = d / "adapter" / ADAPTERS[name] / "adapter_model.safetensors"
+    if not adapter.is_file() or not (d / f"value_head_{name}.safetensors").is_file():
+        raise TeamTRError(f"{d} holds no {name} adapter (no {adapter.relative_to(d)}): it was trained without "
+                          "team.hierarchy; load it with --set team.hierarchy.enabled=false.")
+    # PEFT writes a non-default adapter's keys without the adapter name, like the default's.
+    state = read_safetensors(adapter, device=str(coordinator.backbone.device), what=f"{name} LoRA adapter")
+    want = {k.replace(f".{ADAPTERS[name]}.", ".") for k in get_peft_model_state_dict(coordinator.peft,
+                                                                                      adapter_name=ADAPTERS[name])}
+    if set(state) != want:
+        raise TeamTRError(f"{adapter}: adapter keys do not fit this model; load it with the config it was trained with.")
+    if any(v.is_floating_point() and not bool(torch.isfinite(v).all()) for v in state.values()):
+        raise TeamTRError(f"{adapter}: weights hold NaN or inf; use an earlier checkpoint.")
+    return state
+
+
 def load_levels(coordinator: Any, directory: Path) -> None:
     """Load the extra levels' adapters and value heads written by ``save_levels``; a checkpoint of a
     flat run has none, and is refused with the fix."""
-    from peft.utils import get_peft_model_state_dict, set_peft_model_state_dict
+    from peft.utils import set_peft_model_state_dict
 
     d = Path(directory)
     for name, head in levels(coordinator).items():
-        adapter = d / "adapter" / ADAPTERS[name] / "adapter_model.safetensors"
-        head_path = d / f"value_head_{name}.safetensors"
-        if not adapter.is_file() or not head_path.is_file():
-            raise TeamTRError(f"{d} holds no {name} adapter (no {adapter.relative_to(d)}): it was trained without "
-                              "team.hierarchy; load it with --set team.hierarchy.enabled=false.")
-        # PEFT writes a non-default adapter's keys without the adapter name, like the default's.
-        state = read_safetensors(adapter, device=str(coordinator.backbone.device), what=f"{name} LoRA adapter")
-        want = {k.replace(f".{ADAPTERS[name]}.", ".") for k in get_peft_model_state_dict(coordinator.peft,
-                                                                                          adapter_name=ADAPTERS[name])}
-        if set(state) != want:
-            raise TeamTRError(f"{adapter}: adapter keys do not fit this model; load it with the config it was trained with.")
-        if any(v.is_floating_point() and not bool(torch.isfinite(v).all()) for v in state.values()):
-            raise TeamTRError(f"{adapter}: weights hold NaN or inf; use an earlier checkpoint.")
-        set_peft_model_state_dict(coordinator.peft, state, adapter_name=ADAPTERS[name])
-        head.load_state_dict(read_safetensors(head_path, device=str(coordinator.backbone.device),
-                                              what=f"{name} value head"))
+        set_peft_model_state_dict(coordinator.peft, _level_state(coordinator, d, name), adapter_name=ADAPTERS[name])
+        head.load_state_dict(read_safetensors(d / f"value_head_{name}.safetensors",
+                                              device=str(coordinator.backbone.device), what=f"{name} value head"))
     coordinator.weights_changed()
+
+
+def read_levels(coordinator: Any, directory: str | Path) -> dict[str, torch.Tensor]:
+    """The extra levels' adapter weights saved in ``directory``, keyed as the coordinator's parameters
+    are (``use_adapter`` puts them in place): with ``read_adapter``'s tactical weights, a hierarchical
+    snapshot's two adapters, e.g. the end-of-run table's ``bc`` row of a hierarchical run."""
+    d = Path(directory)
+    out: dict[str, torch.Tensor] = {}
+    for name in levels(coordinator):
+        state, tag = _level_state(coordinator, d, name), f".{ADAPTERS[name]}."
+        for pname, _ in coordinator.peft.named_parameters():
+            if adapter_of(pname) == ADAPTERS[name]:
+                out[pname] = state[pname.replace(tag, ".")]
+    return out
