@@ -11,7 +11,8 @@ options the command resolved), ``sweep`` (``teamtr sweep --json``: mean ± std o
 with the command and the resolved world), ``compare`` (``teamtr report --compare``'s compare.json) and
 ``agents`` (``benchmarks/llm_agents.py --out``: a coordinator with scripted vs LLM role agents) and
 ``world`` (one world's table from several ``teamtr sweep --json`` files: baselines, BC, PPO alone,
-BC + PPO, each row mean ± std over its seeds, labelled by the recipe its config resolved).
+BC + PPO, each row mean ± std over its seeds, labelled by the recipe its config resolved) and ``layouts``
+(a run over several layouts, Overcooked: soups per layout and policy).
 
     python benchmarks/tables.py sweep results/sweep_software_team.json   # print one table
     python benchmarks/tables.py --update README.md                       # regenerate every marked block
@@ -246,8 +247,57 @@ def world(files: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def _soups(row: dict[str, Any], metric: str) -> str:
+    """One seed: its mean ± the std over its held-out episodes (``<metric>_std``); several seeds: the mean
+    ± std over the seeds' means."""
+    stat = row.get(metric)
+    if not stat:
+        return "-"
+    if len(stat["values"]) == 1 and f"{metric}_std" in row:
+        return f"{stat['mean']:.2f} ± {row[f'{metric}_std']['mean']:.2f}"
+    return _pm(stat, 2)
+
+
+def layouts(files: list[str]) -> str:
+    """A world whose final tables hold one suite per layout (Overcooked's ``env.layout`` list: rows
+    ``policy @ layout=X``): one table row per layout, one column per policy, the world's first headline
+    metric (soups). The first file gives the baselines (heuristic, noop, random, zero-shot); every file
+    its ``bc`` and ``trained`` columns, labelled by its recipe. Layouts a run did not train on are its
+    ``layout=X unseen`` suites (leave-one-layout-out), shown in their own row."""
+    loaded = [(f, _load(f)) for f in files]
+    env = dict(loaded[0][1]["config"]["env"])
+    name = env.pop("name")
+    metric = "soups"
+    columns: dict[str, tuple[str, dict[str, Any]]] = {}  # column label -> (source, {layout: row})
+    for k, (f, d) in enumerate(loaded):
+        for label, row in d["rows"].items():
+            policy, _, suite = label.partition(" @ ")
+            if not suite:
+                raise SystemExit(f"tables.py layouts: {f} row {label!r} names no layout; this table is for a "
+                                 "run over a list of layouts (env.layout=[...]).")
+            if policy in ("trained", "bc"):
+                head = recipe(d["config"]) if policy == "trained" else "BC"
+                head += f" ({k + 1})" if len(loaded) > 1 else ""
+            elif k == 0:
+                head = policy
+            else:
+                continue
+            columns.setdefault(head, (f, {}))[1][suite.removeprefix("layout=")] = row
+    suites = list(dict.fromkeys(s for _, rows in columns.values() for s in rows))
+    seeds = ", ".join(f"`{f}`: seeds {', '.join(map(str, d['seeds']))}" for f, d in loaded)
+    tested = _options(loaded[0][1]["config"]["train"].get("eval_env") or {})
+    out = [f"{name} ({_options(env)}; tested with {tested}), {metric} per held-out episode; "
+           f"one seed: mean ± std over its episodes, several: over the seeds' means ({seeds}). "
+           + " ".join(f"({k + 1}) `{d['command']}`." for k, (_, d) in enumerate(loaded)) + "\n",
+           "| layout | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+    for suite in suites:
+        out.append(f"| {suite} | " + " | ".join(_soups(rows.get(suite, {}), metric) for _, rows in columns.values()) + " |")
+    return "\n".join(out) + "\n"
+
+
 KINDS: dict[str, Callable[[list[str]], str]] = {"worlds": worlds, "sweep": sweep, "compare": compare,
-                                                "agents": agents, "world": world}
+                                                "agents": agents, "world": world,
+                                                "layouts": layouts}
 
 
 def expand(patterns: str) -> list[str]:

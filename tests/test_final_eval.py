@@ -11,6 +11,7 @@ from teamtr.eval.suites import evaluate_table, table_columns
 from teamtr.policy.backbone import load_backbone
 from teamtr.policy.coordinator import Coordinator
 from teamtr.telemetry.metrics import METRICS, EpisodeTracker, headline_metrics, summarize
+from teamtr.cli import format_table
 from teamtr.core import Directive, Event, TeamTRError
 
 SMALL = {"agents": 2, "items": 2, "max_steps": 6}
@@ -122,7 +123,10 @@ def test_headline_metric_is_the_mean_count_of_its_event_kind():
         episodes.append(tracker.finish())
     out = summarize(episodes, {"soups": "soup"})
     assert out["soups"] == pytest.approx(5 / 3) and out["milestones"] == 1.0
+    # its spread over the episodes (population std of 0, 2, 3), shown as mean ± std in printed tables
+    assert out["soups_std"] == pytest.approx(((25 + 1 + 16) / 27) ** 0.5)
     assert summarize([], {"soups": "soup"})["soups"] == 0.0
+    assert "1.67 ± 1.25" in format_table({"trained": out}, ("success", "soups"))
 
     class Bad:
         name = "bad"

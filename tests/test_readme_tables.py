@@ -90,3 +90,34 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):
         tables.world([a, other])
+
+
+def _layouts_file(path: Path, command: str, bc: bool, rows: dict, seeds=(0,)) -> str:
+    stat = lambda v: {"mean": sum(v) / len(v), "std": 0.5, "values": list(v)}  # noqa: E731
+    config = {"env": {"name": "overcooked", "layout": ["a", "b"], "horizon": 200}, "bc": {"enabled": bc},
+              "algo": {"name": "ppo"}, "team": {}, "model": {},
+              "train": {"iterations": 2, "eval_seed_offset": 1_000_000, "eval_env": {"horizon": 400}}}
+    path.write_text(json.dumps({"command": command, "config": config, "seeds": list(seeds),
+                                "rows": {p: {"soups": stat(v[0]), "soups_std": stat(v[1])} for p, v in rows.items()}}))
+    return str(path)
+
+
+def test_layouts_table_puts_a_row_per_layout_and_a_column_per_policy(tmp_path: Path) -> None:
+    tables = _tables()
+    a = _layouts_file(tmp_path / "a.json", "teamtr sweep overcooked --seeds 0", True, {
+        "trained @ layout=a": ([9.0], [1.0]), "trained @ layout=b": ([12.0], [0.0]),
+        "bc @ layout=a": ([8.0], [2.0]), "heuristic @ layout=a": ([8.5], [0.9]), "heuristic @ layout=b": ([12.0], [0.0])})
+    b = _layouts_file(tmp_path / "b.json", "teamtr sweep overcooked_lolo --seeds 0 1", False, {
+        "trained @ layout=a": ([7.0, 9.0], [1.0, 1.0]), "trained @ layout=c unseen": ([3.0, 5.0], [1.0, 1.0]),
+        "heuristic @ layout=a": ([1.0, 1.0], [0.0, 0.0])}, seeds=(0, 1))
+    text = tables.layouts([a, b])
+    assert "| layout | BC + PPO (1) | BC (1) | heuristic | PPO alone (2) |" in text
+    # one seed: the spread over its episodes; two seeds: the mean ± std over the seeds' means
+    assert "| a | 9.00 ± 1.00 | 8.00 ± 2.00 | 8.50 ± 0.90 | 8.00 ± 0.50 |" in text
+    assert "| b | 12.00 ± 0.00 | - | 12.00 ± 0.00 | - |" in text
+    assert "| c unseen | - | - | - | 4.00 ± 0.50 |" in text  # the later file's baselines are not shown
+    assert "tested with `horizon=400`" in text
+    flat = _sweep_file(tmp_path / "c.json", "teamtr sweep default --seeds 0", {"name": "escape-room"}, True, 2,
+                       {"trained": 1.0})
+    with pytest.raises(SystemExit, match="names no layout"):
+        tables.layouts([flat])

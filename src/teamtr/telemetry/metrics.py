@@ -142,9 +142,11 @@ def headline_metrics(world: Any) -> dict[str, str]:
 def summarize(episodes: Sequence[EpisodeMetrics], headline: Mapping[str, str] | None = None) -> dict[str, float]:
     """Mean of every metric over ``episodes``, plus ``episodes`` (how many), ``events/<kind>`` (the
     mean count per episode of each of the worlds' own event kinds seen) and each ``headline`` metric
-    (name -> event kind, from ``headline_metrics``: that kind's mean count per episode)."""
+    (name -> event kind, from ``headline_metrics``: that kind's mean count per episode) with its spread
+    over the episodes, ``<name>_std`` (population std: e.g. Overcooked's soups, mean ± std over seeds)."""
     if not episodes:
-        return {"episodes": 0.0, **dict.fromkeys(headline or {}, 0.0)}
+        return {"episodes": 0.0, **dict.fromkeys(headline or {}, 0.0),
+                **{f"{name}_std": 0.0 for name in headline or {}}}
     rows = [episode.as_dict() for episode in episodes]
     out = {name: sum(row[name] for row in rows) / len(rows) for name in METRICS}
     out["episodes"] = float(len(rows))
@@ -152,5 +154,9 @@ def summarize(episodes: Sequence[EpisodeMetrics], headline: Mapping[str, str] | 
     for episode in episodes:
         other.update(episode.other_events)
     out.update({f"events/{kind}": count / len(rows) for kind, count in sorted(other.items())})
-    out.update({name: other[kind] / len(rows) for name, kind in (headline or {}).items()})
+    for name, kind in (headline or {}).items():
+        counts = [episode.other_events.get(kind, 0) for episode in episodes]
+        mean = sum(counts) / len(counts)
+        out[name] = mean
+        out[f"{name}_std"] = (sum((c - mean) ** 2 for c in counts) / len(counts)) ** 0.5
     return out
