@@ -113,11 +113,15 @@ def compare(files: list[str]) -> str:
         world = f"{env.pop('name')} ({_options(env)})" if env else "worlds differ per group"
         out.append(f"`{d.get('command') or 'teamtr report --compare'}`: {world}; success of the sampled "
                    f"training episodes per iteration; final columns = the end-of-run table's greedy trained row (`{f}`)\n")
-        reach = f"decisions_to_{d.get('threshold', 0.9):g}"
+        x = f"{d.get('threshold', 0.9):g}"
+        # greedy: held-out evaluations (train.eval_every), shown where some run has them
+        reach = [f"decisions_to_{x}"] + [f"greedy_{k}_to_{x}" for k in ("decisions", "seconds")
+                                         if any((r.get(f"greedy_{k}_to_{x}") or {}).get("n") for r in groups.values())]
+        heads = {f"decisions_to_{x}": f"decisions to {x}", f"greedy_decisions_to_{x}": f"decisions to {x} greedy",
+                 f"greedy_seconds_to_{x}": f"seconds to {x} greedy"}
         out.append("| runs | algorithm | LR (TRPO: KL bound) | noise, replay | seeds | "
-                   + " | ".join(label for _, label in COMPARE_COLUMNS)
-                   + f" | decisions to {d.get('threshold', 0.9):g} |")
-        out.append("|---" * (len(COMPARE_COLUMNS) + 6) + "|")
+                   + " | ".join(label for _, label in COMPARE_COLUMNS) + " | " + " | ".join(heads[k] for k in reach) + " |")
+        out.append("|---" * (len(COMPARE_COLUMNS) + 5 + len(reach)) + "|")
         for label, row in groups.items():
             st = row.get("settings", {})
             seeds = st.get("seeds") or []
@@ -127,7 +131,7 @@ def compare(files: list[str]) -> str:
             out.append(f"| {label} | {st.get('algo.name', '-')} | {step} | {_extras(st)} | "
                        f"{', '.join(map(str, seeds)) or '-'} | "
                        + " | ".join(_pm(row.get(key)) for key, _ in COMPARE_COLUMNS)
-                       + f" | {_reached(row.get(reach))} |")
+                       + " | " + " | ".join(_reached(row.get(k)) for k in reach) + " |")
         out.append("")
     return "\n".join(out)
 

@@ -55,6 +55,26 @@ def test_summary_counts_samples_and_time_until_threshold(tmp_path: Path) -> None
     assert never["decisions_to_0.9"] is None and never["final"] == 0.2
 
 
+def _evals(run: Path, evals: dict[int, float]) -> Path:
+    """Held-out evaluations (iteration -> greedy success) added to a hand-written run."""
+    with (run / "metrics.jsonl").open("a") as f:
+        for it, value in evals.items():
+            f.write(json.dumps({"kind": "eval", "iteration": it, "suite": "heldout", "eval/success": value}) + "\n")
+    return run
+
+
+def test_greedy_reach_reads_the_held_out_evaluations_and_the_warm_up_alone(tmp_path: Path) -> None:
+    # PPO alone: sampled success reaches 0.9 at iteration 3; greedy evaluations at 0, 2 and 4 reach it at 2
+    alone = run_summary(_evals(_run(tmp_path / "a", [0.2, 0.5, 0.95, 0.3]), {0: 0.0, 2: 0.9}), threshold=0.9)
+    assert alone["decisions_to_0.9"] == 300 and alone["greedy_decisions_to_0.9"] == 200
+    assert alone["greedy_seconds_to_0.9"] == 120.0
+    # with cloning: the clone alone (the evaluation at iteration 0) already wins: the demos are the samples
+    warm = run_summary(_evals(_run(tmp_path / "b", [0.5, 0.6], bc=True), {0: 0.95}), threshold=0.9)
+    assert warm["greedy_decisions_to_0.9"] == 240 and warm["greedy_seconds_to_0.9"] == 30.0
+    never = run_summary(_run(tmp_path / "c", [0.2, 0.95]), threshold=0.99)
+    assert never["greedy_decisions_to_0.99"] is None
+
+
 def test_sweeps_group_by_directory_and_table_is_mean_std(tmp_path: Path) -> None:
     _run(tmp_path / "sweep-ppo" / "seed_0", [0.2, 1.0])
     _run(tmp_path / "sweep-ppo" / "seed_1", [0.4, 0.6])
@@ -114,9 +134,21 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     assert "| b | pg | 0.0003 | - | 0 | 0.300 ± 0.000 |" in text
     assert "| t | trpo | δ = 0.02 | - | 0 | 0.200 ± 0.000 |" in text  # TRPO's step is its KL bound, not algo.lr
     assert "| t0 | trpo | δ = 0.01 | - | 0 | 0.200 ± 0.000 |" in text
-    # decisions until the training success first reached 0.9: sweep-a's seed 0 at iteration 2 (200), seed 1 never
+    # decisions until the training success first reached 0.9: sweep-a's seed 0 at iteration 2 (200), seed 1
+    # never; the greedy columns (its held-out evaluation at iteration 2 read 1.0) too, with the seconds
     rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert rows["sweep-a"].endswith("| 200 ± 0 (1 of 2 runs) |") and rows["b"].endswith("| never |")
+    assert rows["runs"].endswith("| decisions to 0.9 | decisions to 0.9 greedy | seconds to 0.9 greedy |")
+    assert rows["sweep-a"].endswith("| 200 ± 0 (1 of 2 runs) | 200 ± 0 (1 of 2 runs) | 120 ± 0 (1 of 2 runs) |")
+    assert rows["b"].endswith("| never | never | never |")
+    # runs without an evaluation that reached it show no greedy columns
+    assert "to 0.9 greedy" not in tables.compare([_compare_file(tmp_path, [0.1, 0.3])])
+
+
+def _compare_file(tmp_path: Path, success: list[float]) -> str:
+    out = tmp_path / "cmp-low"
+    assert main(["report", str(_run(tmp_path / "low", success)), "--out", str(out), "--compare",
+                 str(_run(tmp_path / "low2", success))]) == 0
+    return str(out / "compare.json")
 
 
 def test_the_table_names_noise_and_replay_where_a_group_set_them(tmp_path: Path) -> None:

@@ -94,7 +94,8 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
     assert "held-out seeds from" in captured.out and "rollout" not in captured.out
     for phase in ("model load tiny-random ...", "demo collection 16/16 decisions", "held-out demos 64/64 decisions",
                   "behaviour cloning 2/2 steps  loss ", "rollout 4/4 episodes", "update ",
-                  "eval trained (heldout) 2/2 episodes", "eval at iteration 1: success ", "iteration 1/1  success ",
+                  "eval trained (heldout) 2/2 episodes", "eval before the first update: success ",
+                  "eval at iteration 1: success ", "iteration 1/1  success ",
                   "eval random 2/2", "eval oracle 2/2"):
         assert phase in out, phase
     # the final table's coordinator rows (named by class until evaluate_table passes its labels)

@@ -362,6 +362,8 @@ def test_sigint_prints_the_resume_command_and_the_resumed_run_matches(tmp_path):
                            env=env, capture_output=True, timeout=300)
     assert whole.returncode == 0, whole.stderr.decode()[-2000:]
     assert [r["iteration"] for r in _comparable(run) if r["kind"] == "train"] == list(range(1, n + 1))
+    # one evaluation before the first update (iteration 0), not repeated by the resumed process
+    assert [r["iteration"] for r in _comparable(run) if r["kind"] == "eval"] == list(range(0, n + 1, 2))
     assert _comparable(run) == _comparable(ref)
     adapter = Path("coordinator/adapter/adapter_model.safetensors")
     final = f"checkpoints/iter_{n:06d}"

@@ -260,7 +260,7 @@ class BCConfig(_Section):
 
 class TrainConfig(_Section):
     iterations: int = Field(10, ge=0)
-    eval_every: int = Field(5, ge=0)  # 0: only at the end
+    eval_every: int = Field(5, ge=0)  # held-out greedy eval every N iterations and before the first (iteration 0); 0: at the end only
     eval_episodes: int = Field(32, ge=1)
     checkpoint_every: int = Field(5, ge=1)
     keep_checkpoints: int = Field(2, ge=1)

@@ -17,7 +17,10 @@ it. The table gives, per group, mean ± std over runs of:
 - ``last_return`` / ``last_entropy``: the last iteration's mean training return and policy entropy (an
   entropy that fell while return did not rise is a policy collapsing onto a few choices);
 - ``decisions_to_X`` / ``seconds_to_X``: samples (behaviour-cloning demonstrations plus rollout
-  decisions) and wall time until the training success first reached ``X`` (null: never).
+  decisions) and wall time (cloning plus iterations) until the training success first reached ``X``
+  (null: never); ``greedy_decisions_to_X`` / ``greedy_seconds_to_X``: the same until a held-out greedy
+  evaluation (``train.eval_every``; the one at iteration 0 is the warm-up alone) first reached ``X``:
+  the warm-up claim's measure.
 """
 
 from __future__ import annotations
@@ -66,15 +69,23 @@ def collapsed(values: Sequence[float]) -> bool:
     return bool(after) and after[-1] < half and any(v < half for v in after)
 
 
-def _first_reach(records: list[dict[str, Any]], config: dict[str, Any] | None, threshold: float) -> tuple[float | None, float | None]:
-    """(samples, seconds) until the training success first reached ``threshold``."""
+def _first_reach(records: list[dict[str, Any]], config: dict[str, Any] | None, threshold: float,
+                 greedy: bool = False) -> tuple[float | None, float | None]:
+    """(samples, seconds) until the success first reached ``threshold``: the sampled training episodes'
+    (``episode/success``), or with ``greedy`` the held-out evaluations' (``eval/success``; an evaluation
+    at iteration 0 is the warm-up alone). Samples: behaviour-cloning demonstrations plus the rollout
+    decisions of the iterations so far; seconds: cloning plus those iterations (evaluations not counted)."""
     bc = [r for r in records if r.get("kind") == "bc"]
     samples = float(config_value(config, "bc.demos") or 0) if bc else 0.0
     seconds = float(max((r.get("perf/wall_time", 0.0) for r in bc), default=0.0))
-    for record in sorted((r for r in records if r.get("kind") == "train"), key=lambda r: r["iteration"]):
+    train = sorted((r for r in records if r.get("kind") == "train"), key=lambda r: r["iteration"])
+    evals = {r["iteration"]: r.get("eval/success") for r in records if r.get("kind") == "eval"}
+    if greedy and isinstance(evals.get(0), (int, float)) and evals[0] >= threshold:
+        return samples, seconds
+    for record in train:
         samples += float(record.get("perf/decisions") or 0)
         seconds += float(record.get("perf/iteration_s") or 0.0)
-        value = record.get(SUCCESS)
+        value = evals.get(record["iteration"]) if greedy else record.get(SUCCESS)
         if isinstance(value, (int, float)) and value >= threshold:
             return samples, seconds
     return None, None
@@ -99,6 +110,7 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
     _, returns = metric_series(records, "episode/return")
     _, entropy = metric_series(records, "policy/entropy")
     samples, seconds = _first_reach(records, read_config(run), threshold)
+    greedy_samples, greedy_seconds = _first_reach(records, read_config(run), threshold, greedy=True)
     key = f"{threshold:g}"
     final = _final_row(run)
     return {
@@ -111,6 +123,7 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
         "kl_per_update": statistics.fmean(kl) if kl else None,
         "last_return": returns[-1] if returns else None, "last_entropy": entropy[-1] if entropy else None,
         f"decisions_to_{key}": samples, f"seconds_to_{key}": seconds,
+        f"greedy_decisions_to_{key}": greedy_samples, f"greedy_seconds_to_{key}": greedy_seconds,
     }
 
 

@@ -30,7 +30,7 @@ from teamtr.policy.scoring import double_backward_attention
 from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
-from teamtr.telemetry.log import RunLogger
+from teamtr.telemetry.log import RunLogger, read_metrics
 from teamtr.telemetry.metrics import headline_metrics, summarize
 from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
@@ -420,10 +420,25 @@ class Trainer:
             self.warm_up()
             if self.algo is None:
                 self._start_rl()
+            self._evaluate_start()
             return self._loop()
         except KeyboardInterrupt:
             print(f"\n{resume_hint(self.run_dir)}", file=sys.stderr, flush=True)
             raise
+
+    def _evaluate_start(self) -> None:
+        """With ``train.eval_every``, one held-out evaluation before the first update, logged as iteration
+        0: the greedy play RL starts from (the behaviour clone, or the zero-shot coordinator), where the
+        curves begin and what the warm-up alone reached (``teamtr report --compare``: greedy
+        decisions-to-X). Once per run: a resumed run past it, or one that logged it, skips it."""
+        cfg = self.config.train
+        if not cfg.eval_every or not cfg.iterations or self.iteration != 0 or not self.dist.is_main:
+            return
+        if any(r.get("kind") == "eval" and r.get("iteration") == 0 for r in read_metrics(self.run_dir)):
+            return
+        result = self.evaluate(cfg.eval_episodes)
+        self._log("eval", 0, {"suite": "heldout", **{f"eval/{k}": v for k, v in result.items()}})
+        say(f"eval before the first update: {iteration_stats(result, prefix='')} ({cfg.eval_episodes} held-out episodes)")
 
     def _loop(self) -> dict[str, float]:
         cfg = self.config.train
