@@ -114,9 +114,9 @@ def compare(files: list[str]) -> str:
         out.append(f"`{d.get('command') or 'teamtr report --compare'}`: {world}; success of the sampled "
                    f"training episodes per iteration; final columns = the end-of-run table's greedy trained row (`{f}`)\n")
         x = f"{d.get('threshold', 0.9):g}"
-        # greedy: held-out evaluations (train.eval_every), shown where some run has them
+        # greedy: from held-out evaluations (train.eval_every), shown when some group was evaluated ("-": not)
         reach = [f"decisions_to_{x}"] + [f"greedy_{k}_to_{x}" for k in ("decisions", "seconds")
-                                         if any((r.get(f"greedy_{k}_to_{x}") or {}).get("n") for r in groups.values())]
+                                         if any(f"greedy_{k}_to_{x}" in r for r in groups.values())]
         heads = {f"decisions_to_{x}": f"decisions to {x}", f"greedy_decisions_to_{x}": f"decisions to {x} greedy",
                  f"greedy_seconds_to_{x}": f"seconds to {x} greedy"}
         out.append("| runs | algorithm | LR (TRPO: KL bound) | noise, replay | seeds | "
@@ -183,6 +183,12 @@ def recipe(config: dict[str, Any]) -> str:
     return name + _mode(config)
 
 
+def _warm(config: dict[str, Any]) -> str:
+    """What a run's ``bc`` row is: its behaviour clone, or the ``model.init`` adapter it started from."""
+    init = (config.get("model") or {}).get("init")
+    return "BC" if config["bc"]["enabled"] or not init else f"`{init}` (the warm start)"
+
+
 def _mode(config: dict[str, Any]) -> str:
     team = config.get("team") or {}
     mode = team.get("directives", "single")
@@ -230,9 +236,7 @@ def world(files: list[str]) -> str:
             if policy == "trained":
                 rows.append((recipe(d["config"]) + where, f"`{d['command']}`", row))
             elif policy == "bc":
-                init = (d["config"].get("model") or {}).get("init")
-                warm = "BC" if d["config"]["bc"]["enabled"] or not init else f"`{init}` (the warm start)"
-                rows.append((warm + _mode(d["config"]) + where, f"the `bc` row of `{d['command']}`", row))
+                rows.append((_warm(d["config"]) + _mode(d["config"]) + where, f"the `bc` row of `{d['command']}`", row))
             elif not notes:
                 # the oracle and the zero-shot model direct in the run's mode (the whole-team oracle
                 # directs every agent at once): one row per mode; scripted baselines are the same in every mode
@@ -264,8 +268,8 @@ def _soups(row: dict[str, Any], metric: str) -> str:
 
 def layouts(files: list[str]) -> str:
     """A world whose final tables hold one suite per layout (Overcooked's ``env.layout`` list: rows
-    ``policy @ layout=X``): one table row per layout, one column per policy, the world's first headline
-    metric (soups). The first file gives the baselines (heuristic, noop, random, zero-shot); every file
+    ``policy @ layout=X``): one table row per layout, one column per policy, soups delivered (Overcooked's
+    headline metric). The first file gives the baselines (heuristic, noop, random, zero-shot); every file
     its ``bc`` and ``trained`` columns, labelled by its recipe. Layouts a run did not train on are its
     ``layout=X unseen`` suites (leave-one-layout-out), shown in their own row."""
     loaded = [(f, _load(f)) for f in files]
@@ -280,7 +284,7 @@ def layouts(files: list[str]) -> str:
                 raise SystemExit(f"tables.py layouts: {f} row {label!r} names no layout; this table is for a "
                                  "run over a list of layouts (env.layout=[...]).")
             if policy in ("trained", "bc"):
-                head = recipe(d["config"]) if policy == "trained" else "BC"
+                head = recipe(d["config"]) if policy == "trained" else _warm(d["config"])
                 head += f" ({k + 1})" if len(loaded) > 1 else ""
             elif k == 0:
                 head = policy

@@ -64,13 +64,22 @@ def _evals(run: Path, evals: dict[int, float]) -> Path:
 
 
 def test_greedy_reach_reads_the_held_out_evaluations_and_the_warm_up_alone(tmp_path: Path) -> None:
-    # PPO alone: sampled success reaches 0.9 at iteration 3; greedy evaluations at 0, 2 and 4 reach it at 2
+    # PPO alone: sampled success reaches 0.9 at iteration 3; greedy evaluations at 0, 2 and 4 (0.3, _run's) reach it at 2
     alone = run_summary(_evals(_run(tmp_path / "a", [0.2, 0.5, 0.95, 0.3]), {0: 0.0, 2: 0.9}), threshold=0.9)
     assert alone["decisions_to_0.9"] == 300 and alone["greedy_decisions_to_0.9"] == 200
     assert alone["greedy_seconds_to_0.9"] == 120.0
     # with cloning: the clone alone (the evaluation at iteration 0) already wins: the demos are the samples
     warm = run_summary(_evals(_run(tmp_path / "b", [0.5, 0.6], bc=True), {0: 0.95}), threshold=0.9)
     assert warm["greedy_decisions_to_0.9"] == 240 and warm["greedy_seconds_to_0.9"] == 30.0
+    # the evaluation before the first update is the warm start's: neither RL's best nor its final
+    assert warm["best"] == 0.6 and warm["final"] == 0.6
+    # a run never evaluated has no greedy reach at all (not "never"): the table shows "-"
+    quiet = _run(tmp_path / "q", [0.95, 0.95])
+    lines = (quiet / "metrics.jsonl").read_text().splitlines()
+    (quiet / "metrics.jsonl").write_text("".join(x + "\n" for x in lines if '"eval"' not in x))
+    assert "greedy_decisions_to_0.9" not in run_summary(quiet, threshold=0.9)
+    table = summarise({"q": [quiet], "a": [tmp_path / "a"]}, threshold=0.9)
+    assert "greedy_decisions_to_0.9" not in table["q"] and table["a"]["greedy_decisions_to_0.9"]["mean"] == 200
     never = run_summary(_run(tmp_path / "c", [0.2, 0.95]), threshold=0.99)
     assert never["greedy_decisions_to_0.99"] is None
 
@@ -140,14 +149,19 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     assert rows["runs"].endswith("| decisions to 0.9 | decisions to 0.9 greedy | seconds to 0.9 greedy |")
     assert rows["sweep-a"].endswith("| 200 ± 0 (1 of 2 runs) | 200 ± 0 (1 of 2 runs) | 120 ± 0 (1 of 2 runs) |")
     assert rows["b"].endswith("| never | never | never |")
-    # runs without an evaluation that reached it show no greedy columns
-    assert "to 0.9 greedy" not in tables.compare([_compare_file(tmp_path, [0.1, 0.3])])
+    # evaluated runs that never reached it say so; runs never evaluated (train.eval_every 0) get no greedy columns
+    assert rows["b"].endswith("| never | never | never |")
+    assert "to 0.9 greedy" not in tables.compare([_compare_file(tmp_path, [0.1, 0.95])])
 
 
 def _compare_file(tmp_path: Path, success: list[float]) -> str:
+    """Two runs without evaluation lines, compared."""
+    runs = [_run(tmp_path / name, success) for name in ("low", "low2")]
+    for run in runs:
+        lines = (run / "metrics.jsonl").read_text().splitlines()
+        (run / "metrics.jsonl").write_text("".join(x + "\n" for x in lines if '"eval"' not in x))
     out = tmp_path / "cmp-low"
-    assert main(["report", str(_run(tmp_path / "low", success)), "--out", str(out), "--compare",
-                 str(_run(tmp_path / "low2", success))]) == 0
+    assert main(["report", str(runs[0]), "--out", str(out), "--compare", str(runs[1])]) == 0
     return str(out / "compare.json")
 
 

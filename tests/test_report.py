@@ -225,3 +225,16 @@ def test_eval_table_puts_the_worlds_headline_metric_after_success(tmp_path: Path
     page = write_report(tmp_path).read_text()
     assert "<th>success</th><th>soups</th><th>return</th>" in page
     assert "<tr><td>heldout</td><td>2</td><td>0.500</td><td>7.250</td><td>145.000</td>" in page
+
+
+def test_a_headline_metric_with_its_spread_is_one_cell_in_the_report_and_the_card(tmp_path: Path) -> None:
+    """``soups`` with ``soups_std`` (summarize's spread over episodes) reads mean ± std in one column."""
+    from teamtr.policy.card import _results_table
+    from teamtr.telemetry.report import _final_table
+
+    rows = {"trained": {"success": 1.0, "soups": 1.5, "soups_std": 0.5}, "noop": {"success": 0.0, "soups": 1.0}}
+    (tmp_path / "final_eval.json").write_text(json.dumps({"columns": ["success", "soups"], "rows": rows}))
+    html_table = _final_table(tmp_path)
+    assert "1.500 &plusmn; 0.500" in html_table and "soups_std" not in html_table and ">1.000<" in html_table
+    card = "\n".join(_results_table(rows, {"trained": 10}))
+    assert "| 1.500 ± 0.500 |" in card and "soups_std" not in card

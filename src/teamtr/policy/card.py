@@ -36,10 +36,17 @@ def _base_note(backbone: str, base: str) -> str:
 
 
 def _results_table(rows: Mapping[str, Mapping[str, float]], episodes: Mapping[str, Any]) -> list[str]:
-    columns = list(next(iter(rows.values())).keys())
+    first = next(iter(rows.values()))
+    columns = [c for c in first if not (c.endswith("_std") and c.removesuffix("_std") in first)]
+
+    def cell(row: Mapping[str, float], c: str) -> str:
+        if not isinstance(row.get(c), (int, float)):
+            return ""
+        return f"{row[c]:.3f} ± {row[c + '_std']:.3f}" if isinstance(row.get(c + "_std"), (int, float)) else f"{row[c]:.3f}"
+
     lines = ["| policy | episodes | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     for name, row in rows.items():
-        cells = " | ".join(f"{row[c]:.3f}" if isinstance(row.get(c), (int, float)) else "" for c in columns)
+        cells = " | ".join(cell(row, c) for c in columns)
         lines.append(f"| {name} | {episodes.get(name, '')} | {cells} |")
     return lines
 

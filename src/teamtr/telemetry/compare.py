@@ -9,7 +9,8 @@ it. The table gives, per group, mean ± std over runs of:
   written, of the last held-out evaluation;
 - ``final_return`` / ``final_invalid_rate``: the end-of-run table's trained return and share of invalid
   directives (greedy; null without the table): where every run still succeeds, how well it plays;
-- ``best``: the best held-out evaluation (or training) success seen;
+- ``best``: the best held-out evaluation (or training) success seen after an update (the evaluation
+  before the first update, iteration 0, is the warm start's and counts for neither ``final`` nor ``best``);
 - ``worst_drop``: the largest fall of the training success below its best so far;
 - ``collapsed``: 1 when the training success fell below half its best and never came back above it
   (the trust-region claim's collapse count sums this over runs);
@@ -20,7 +21,7 @@ it. The table gives, per group, mean ± std over runs of:
   decisions) and wall time (cloning plus iterations) until the training success first reached ``X``
   (null: never); ``greedy_decisions_to_X`` / ``greedy_seconds_to_X``: the same until a held-out greedy
   evaluation (``train.eval_every``; the one at iteration 0 is the warm-up alone) first reached ``X``:
-  the warm-up claim's measure.
+  the warm-up claim's measure (absent for a run that was never evaluated).
 """
 
 from __future__ import annotations
@@ -105,7 +106,8 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
     """The table's numbers for one run (see the module docstring)."""
     records = read_metrics(run)
     _, success = metric_series(records, SUCCESS)
-    _, evals = metric_series(records, "eval/success", kind="eval")
+    eval_iterations, all_evals = metric_series(records, "eval/success", kind="eval")
+    evals = [v for i, v in zip(eval_iterations, all_evals) if i > 0]  # iteration 0: the warm start, not RL's
     _, kl = metric_series(records, "policy/kl_old_new")
     _, returns = metric_series(records, "episode/return")
     _, entropy = metric_series(records, "policy/entropy")
@@ -123,7 +125,8 @@ def run_summary(run: Path, threshold: float = 0.9) -> dict[str, Any]:
         "kl_per_update": statistics.fmean(kl) if kl else None,
         "last_return": returns[-1] if returns else None, "last_entropy": entropy[-1] if entropy else None,
         f"decisions_to_{key}": samples, f"seconds_to_{key}": seconds,
-        f"greedy_decisions_to_{key}": greedy_samples, f"greedy_seconds_to_{key}": greedy_seconds,
+        **({f"greedy_decisions_to_{key}": greedy_samples, f"greedy_seconds_to_{key}": greedy_seconds}
+           if all_evals else {}),  # a run never evaluated (train.eval_every 0) has no greedy reach, not "never"
     }
 
 
@@ -166,9 +169,9 @@ def summarise(groups: dict[str, list[Path]], threshold: float = 0.9) -> dict[str
     table: dict[str, Any] = {}
     for label, runs in groups.items():
         summaries = [run_summary(run, threshold) for run in runs]
-        keys = [k for k in summaries[0] if k not in ("run", "iterations")]
+        keys = [k for k in dict.fromkeys(k for s in summaries for k in s) if k not in ("run", "iterations")]
         table[label] = {"runs": summaries, "settings": group_settings(runs),
-                        **{k: _mean_std([s[k] for s in summaries]) for k in keys}}
+                        **{k: _mean_std([s.get(k) for s in summaries]) for k in keys}}
     return table
 
 

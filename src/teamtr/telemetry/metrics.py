@@ -23,7 +23,8 @@ table or a log line has the same keys whatever the world.
 of one of its own event kinds: a class attribute ``headline_metrics = {"soups": "soup"}`` (Overcooked:
 soups delivered) or ``{"landmarks_covered": "covered_at_end"}`` (MPE spread: landmarks covered when
 the episode ends). ``summarize(..., headline=...)`` adds each as a column of its own (the mean count
-per episode, 0 when never seen), which the CLI and report tables show right after ``success``.
+per episode, 0 when never seen), which the CLI and report tables show right after ``success``, with its
+spread over the episodes as ``<name>_std`` (shown as mean ± std).
 """
 
 from __future__ import annotations

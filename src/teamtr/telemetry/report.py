@@ -153,7 +153,9 @@ def latest_evals(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [latest[s] for s in sorted(latest)]
 
 
-def _cell(value: Any) -> str:
+def _cell(value: Any, std: Any = None) -> str:
+    if isinstance(value, float) and isinstance(std, float):
+        return f"{value:.3f} &plusmn; {std:.3f}"
     if isinstance(value, float):
         return f"{value:.3f}"
     return "&mdash;" if value is None else html.escape(str(value))
@@ -193,13 +195,15 @@ def _final_table(run: Path) -> str:
     if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
         return f"<p>{html.escape(str(path))} has no rows {{policy: {{metric: value}}}}.</p>"
     present = {key for row in rows.values() for key in row}
+    present -= {k for k in present if k.endswith("_std") and k.removesuffix("_std") in present}  # in their metric's cell
     # The table's own column order (success, the world's headline metrics, the rest) when it has one.
     listed = table.get("columns")
     first = [c for c in listed if c in present] if isinstance(listed, list) else [m for m in METRICS if m in present]
     columns = first + sorted(present - set(first))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        f"<tr><td>{html.escape(str(policy))}</td>" + "".join(f"<td>{_cell(row.get(c))}</td>" for c in columns)
+        f"<tr><td>{html.escape(str(policy))}</td>" + "".join(f"<td>{_cell(row.get(c), row.get(c + '_std'))}</td>"
+                                                            for c in columns)
         + "</tr>"
         for policy, row in rows.items()
     )
