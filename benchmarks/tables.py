@@ -292,12 +292,14 @@ def layouts(files: list[str]) -> str:
                 continue
             columns.setdefault(head, (f, {}))[1][suite.removeprefix("layout=")] = row
     suites = list(dict.fromkeys(s for _, rows in columns.values() for s in rows))
+    counts = {head: {int(r["episodes"]["mean"]) for r in rows.values() if "episodes" in r} for head, (_, rows) in columns.items()}
+    shown = {head: f"{head} ({next(iter(n))} ep.)" if len(n) == 1 else head for head, n in counts.items()}
     seeds = ", ".join(f"`{f}`: seeds {', '.join(map(str, d['seeds']))}" for f, d in loaded)
     tested = _options(loaded[0][1]["config"]["train"].get("eval_env") or {})
     out = [f"{name} ({_options(env)}; tested with {tested}), {metric} per held-out episode; "
            f"one seed: mean ± std over its episodes, several: over the seeds' means ({seeds}). "
            + " ".join(f"({k + 1}) `{d['command']}`." for k, (_, d) in enumerate(loaded)) + "\n",
-           "| layout | " + " | ".join(columns) + " |", "|---" * (len(columns) + 1) + "|"]
+           "| layout | " + " | ".join(shown[c] for c in columns) + " |", "|---" * (len(columns) + 1) + "|"]
     for suite in suites:
         out.append(f"| {suite} | " + " | ".join(_soups(rows.get(suite, {}), metric) for _, rows in columns.values()) + " |")
     return "\n".join(out) + "\n"

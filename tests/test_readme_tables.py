@@ -98,7 +98,9 @@ def _layouts_file(path: Path, command: str, bc: bool, rows: dict, seeds=(0,)) ->
               "algo": {"name": "ppo"}, "team": {}, "model": {},
               "train": {"iterations": 2, "eval_seed_offset": 1_000_000, "eval_env": {"horizon": 400}}}
     path.write_text(json.dumps({"command": command, "config": config, "seeds": list(seeds),
-                                "rows": {p: {"soups": stat(v[0]), "soups_std": stat(v[1])} for p, v in rows.items()}}))
+                                "rows": {p: {"soups": stat(v[0]), "soups_std": stat(v[1]),
+                                             **({"episodes": stat([100.0])} if p.startswith("heuristic") else {})}
+                                         for p, v in rows.items()}}))
     return str(path)
 
 
@@ -111,7 +113,7 @@ def test_layouts_table_puts_a_row_per_layout_and_a_column_per_policy(tmp_path: P
         "trained @ layout=a": ([7.0, 9.0], [1.0, 1.0]), "trained @ layout=c unseen": ([3.0, 5.0], [1.0, 1.0]),
         "heuristic @ layout=a": ([1.0, 1.0], [0.0, 0.0])}, seeds=(0, 1))
     text = tables.layouts([a, b])
-    assert "| layout | BC + PPO (1) | BC (1) | heuristic | PPO alone (2) |" in text
+    assert "| layout | BC + PPO (1) | BC (1) | heuristic (100 ep.) | PPO alone (2) |" in text
     # one seed: the spread over its episodes; two seeds: the mean ± std over the seeds' means
     assert "| a | 9.00 ± 1.00 | 8.00 ± 2.00 | 8.50 ± 0.90 | 8.00 ± 0.50 |" in text
     assert "| b | 12.00 ± 0.00 | - | 12.00 ± 0.00 | - |" in text
