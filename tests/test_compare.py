@@ -182,3 +182,12 @@ def test_the_table_names_noise_and_replay_where_a_group_set_them(tmp_path: Path)
     spec.loader.exec_module(tables)
     assert tables._extras(st) == "noise 0.1, replay 0.5"
     assert tables._extras(group_settings([_run(tmp_path / "plain", [0.5])])) == "-"  # replay_coef's default 0
+
+
+def test_a_final_table_with_a_trained_row_per_layout_gives_their_mean(tmp_path: Path) -> None:
+    run = _run(tmp_path / "oc", [0.2, 0.4])
+    rows = {"trained @ layout=a": {"success": 1.0, "return": 9.0}, "trained @ layout=b": {"success": 0.0, "return": 3.0},
+            "noop @ layout=a": {"success": 1.0, "return": 9.5}}
+    (run / "final_eval.json").write_text(json.dumps({"rows": rows}))
+    s = run_summary(run)
+    assert s["final"] == 0.5 and s["final_return"] == 6.0

@@ -93,9 +93,18 @@ def _first_reach(records: list[dict[str, Any]], config: dict[str, Any] | None, t
 
 
 def _final_row(run: Path) -> dict[str, Any]:
-    """The end-of-run table's trained row (greedy, held-out seeds), or {} before it is written."""
+    """The end-of-run table's trained row (greedy, held-out seeds), or {} before it is written. A table
+    with one trained row per suite (``trained @ layout=X``: a run over several layouts) gives the mean
+    of each metric over those rows, every suite weighing the same."""
     final = run / "final_eval.json"
-    return read_json(final, "final table")["rows"]["trained"] if final.is_file() else {}
+    if not final.is_file():
+        return {}
+    rows = read_json(final, "final table")["rows"]
+    if "trained" in rows:
+        return rows["trained"]
+    suites = [row for label, row in rows.items() if label.startswith("trained @ ")]
+    keys = [k for k in suites[0] if all(isinstance(r.get(k), (int, float)) for r in suites)] if suites else []
+    return {k: statistics.fmean(r[k] for r in suites) for k in keys}
 
 
 def _number(value: Any) -> float | None:
