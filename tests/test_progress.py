@@ -71,6 +71,8 @@ def test_nested_phases_share_one_rich_display_on_a_terminal() -> None:
 
 
 def test_uninterrupted_delivers_a_sigint_after_the_block() -> None:
+    # Python's own Ctrl-C handler, even where the tests run as a background job (SIGINT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     finished = []
     with pytest.raises(KeyboardInterrupt):
         with uninterrupted():

@@ -339,7 +339,9 @@ def test_sigint_prints_the_resume_command_and_the_resumed_run_matches(tmp_path):
     base = [*TINY, "algo.total_updates=8", "train.eval_every=2", "train.eval_episodes=2"]
     proc = subprocess.Popen(_cli("train", "--config", str(cfg_file), *_sets(*base, "train.iterations=200",
                                                                               f"run_dir={run}")),
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            # a shell's background job starts with SIGINT ignored, and so would the child
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 240
     while latest_checkpoint(run) is None or latest_checkpoint(run).name < "iter_000002":
         if proc.poll() is not None or time.time() > deadline:
