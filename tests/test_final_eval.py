@@ -126,7 +126,7 @@ def test_headline_metric_is_the_mean_count_of_its_event_kind():
     # its spread over the episodes (population std of 0, 2, 3), shown as mean ± std in printed tables
     assert out["soups_std"] == pytest.approx(((25 + 1 + 16) / 27) ** 0.5)
     assert summarize([], {"soups": "soup"})["soups"] == 0.0
-    assert "1.67 ± 1.25" in format_table({"trained": out}, ("success", "soups"))
+    assert "1.667 ± 1.247" in format_table({"trained": out}, ("success", "soups"))
 
     class Bad:
         name = "bad"

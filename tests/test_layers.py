@@ -29,7 +29,7 @@ FLOORS: dict[str, set[str]] = {
     "rl": {"core"},
     "rl.settings": {"core"},
     "policy.settings": {"core"},
-    "policy": {"core", "atomic", "rl", "telemetry.progress"},
+    "policy": {"core", "atomic", "rl", "telemetry.progress", "telemetry.metrics"},  # the card: metric cells
     "telemetry.metrics": {"core"},
     "telemetry.progress": set(),  # a terminal utility every floor that does long work may use
     "config": {"core", "policy.settings", "rl.settings", "rl", "rewards"},

@@ -61,15 +61,15 @@ def cmd_envs(_: argparse.Namespace) -> int:
 def format_table(rows: dict[str, dict[str, float]], columns: Sequence[str] = METRICS) -> str:
     """A plain-text table: one row per label, one column per metric (``table_columns(env)``: the
     world's headline metrics too, as mean ± std over the episodes where the row has ``<metric>_std``)."""
-    def cell(row: dict[str, float], c: str) -> str:
-        return f"{row[c]:.2f} ± {row[c + '_std']:.2f}" if c + "_std" in row else f"{row[c]:.3f}"
+    from teamtr.telemetry.metrics import with_spread
 
+    cells = {label: {c: with_spread(row, c) or "" for c in columns} for label, row in rows.items()}
     width = max(8, *map(len, rows))
-    sizes = {c: max(8, len(c), *(len(cell(row, c)) for row in rows.values())) for c in columns}
+    sizes = {c: max(8, len(c), *(len(cells[label][c]) for label in rows)) for c in columns}
     head = f"{'policy':<{width}} " + " ".join(f"{c:>{sizes[c]}}" for c in columns)
     lines = [head, "-" * len(head)]
-    for label, row in rows.items():
-        lines.append(f"{label:<{width}} " + " ".join(f"{cell(row, c):>{sizes[c]}}" for c in columns))
+    for label in rows:
+        lines.append(f"{label:<{width}} " + " ".join(f"{cells[label][c]:>{sizes[c]}}" for c in columns))
     return "\n".join(lines)
 
 

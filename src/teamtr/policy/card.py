@@ -36,17 +36,12 @@ def _base_note(backbone: str, base: str) -> str:
 
 
 def _results_table(rows: Mapping[str, Mapping[str, float]], episodes: Mapping[str, Any]) -> list[str]:
-    first = next(iter(rows.values()))
-    columns = [c for c in first if not (c.endswith("_std") and c.removesuffix("_std") in first)]
+    from teamtr.telemetry.metrics import spread_columns, with_spread
 
-    def cell(row: Mapping[str, float], c: str) -> str:
-        if not isinstance(row.get(c), (int, float)):
-            return ""
-        return f"{row[c]:.3f} ± {row[c + '_std']:.3f}" if isinstance(row.get(c + "_std"), (int, float)) else f"{row[c]:.3f}"
-
+    columns = spread_columns(next(iter(rows.values())))
     lines = ["| policy | episodes | " + " | ".join(columns) + " |", "|---|---:|" + "---:|" * len(columns)]
     for name, row in rows.items():
-        cells = " | ".join(cell(row, c) for c in columns)
+        cells = " | ".join(with_spread(row, c) or "" for c in columns)
         lines.append(f"| {name} | {episodes.get(name, '')} | {cells} |")
     return lines
 

@@ -29,6 +29,7 @@ spread over the episodes as ``<name>_std`` (shown as mean ± std).
 
 from __future__ import annotations
 
+import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -144,7 +145,7 @@ def summarize(episodes: Sequence[EpisodeMetrics], headline: Mapping[str, str] | 
     """Mean of every metric over ``episodes``, plus ``episodes`` (how many), ``events/<kind>`` (the
     mean count per episode of each of the worlds' own event kinds seen) and each ``headline`` metric
     (name -> event kind, from ``headline_metrics``: that kind's mean count per episode) with its spread
-    over the episodes, ``<name>_std`` (population std: e.g. Overcooked's soups, mean ± std over seeds)."""
+    over the episodes, ``<name>_std`` (population std; tables put it in its metric's cell, ``with_spread``)."""
     if not episodes:
         return {"episodes": 0.0, **dict.fromkeys(headline or {}, 0.0),
                 **{f"{name}_std": 0.0 for name in headline or {}}}
@@ -157,7 +158,21 @@ def summarize(episodes: Sequence[EpisodeMetrics], headline: Mapping[str, str] | 
     out.update({f"events/{kind}": count / len(rows) for kind, count in sorted(other.items())})
     for name, kind in (headline or {}).items():
         counts = [episode.other_events.get(kind, 0) for episode in episodes]
-        mean = sum(counts) / len(counts)
-        out[name] = mean
-        out[f"{name}_std"] = (sum((c - mean) ** 2 for c in counts) / len(counts)) ** 0.5
+        out[name], out[f"{name}_std"] = statistics.fmean(counts), statistics.pstdev(counts)
     return out
+
+
+def spread_columns(columns: Iterable[str]) -> list[str]:
+    """``columns`` without the ``<metric>_std`` ones whose metric is there too: tables show a metric's
+    spread in its own cell (``with_spread``), not as a column of its own."""
+    columns = list(columns)
+    return [c for c in columns if not (c.endswith("_std") and c.removesuffix("_std") in columns)]
+
+
+def with_spread(row: Mapping[str, Any], metric: str, digits: int = 3, pm: str = "±") -> str | None:
+    """``row[metric]`` as text, ``mean ± std`` where the row has ``<metric>_std`` (``summarize``'s spread
+    over episodes); None when the row has no number for ``metric``."""
+    value, std = row.get(metric), row.get(f"{metric}_std")
+    if not isinstance(value, (int, float)):
+        return None
+    return f"{value:.{digits}f} {pm} {std:.{digits}f}" if isinstance(std, (int, float)) else f"{value:.{digits}f}"

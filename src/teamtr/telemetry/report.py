@@ -27,7 +27,7 @@ from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
     CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
 )
-from teamtr.telemetry.metrics import METRICS
+from teamtr.telemetry.metrics import METRICS, spread_columns, with_spread
 from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
 
 if TYPE_CHECKING:
@@ -153,9 +153,7 @@ def latest_evals(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [latest[s] for s in sorted(latest)]
 
 
-def _cell(value: Any, std: Any = None) -> str:
-    if isinstance(value, float) and isinstance(std, float):
-        return f"{value:.3f} &plusmn; {std:.3f}"
+def _cell(value: Any) -> str:
     if isinstance(value, float):
         return f"{value:.3f}"
     return "&mdash;" if value is None else html.escape(str(value))
@@ -195,15 +193,15 @@ def _final_table(run: Path) -> str:
     if not isinstance(rows, dict) or not all(isinstance(r, dict) for r in rows.values()):
         return f"<p>{html.escape(str(path))} has no rows {{policy: {{metric: value}}}}.</p>"
     present = {key for row in rows.values() for key in row}
-    present -= {k for k in present if k.endswith("_std") and k.removesuffix("_std") in present}  # in their metric's cell
+    present = set(spread_columns(present))  # a metric's <metric>_std goes in its cell (with_spread)
     # The table's own column order (success, the world's headline metrics, the rest) when it has one.
     listed = table.get("columns")
     first = [c for c in listed if c in present] if isinstance(listed, list) else [m for m in METRICS if m in present]
     columns = first + sorted(present - set(first))
     head = "".join(f"<th>{html.escape(c)}</th>" for c in columns)
     body = "".join(
-        f"<tr><td>{html.escape(str(policy))}</td>" + "".join(f"<td>{_cell(row.get(c), row.get(c + '_std'))}</td>"
-                                                            for c in columns)
+        f"<tr><td>{html.escape(str(policy))}</td>"
+        + "".join(f"<td>{with_spread(row, c, pm='&plusmn;') or _cell(row.get(c))}</td>" for c in columns)
         + "</tr>"
         for policy, row in rows.items()
     )

@@ -436,9 +436,15 @@ class Trainer:
             return
         if any(r.get("kind") == "eval" and r.get("iteration") == 0 for r in read_metrics(self.run_dir)):
             return
-        result = self.evaluate(cfg.eval_episodes)
-        self._log("eval", 0, {"suite": "heldout", **{f"eval/{k}": v for k, v in result.items()}})
-        say(f"eval before the first update: {iteration_stats(result, prefix='')} ({cfg.eval_episodes} held-out episodes)")
+        self._evaluate_logged(0, "before the first update")
+
+    def _evaluate_logged(self, iteration: int, when: str) -> dict[str, float]:
+        """A held-out evaluation of ``train.eval_episodes``, logged as ``iteration``'s and said."""
+        episodes = self.config.train.eval_episodes
+        result = self.evaluate(episodes)
+        self._log("eval", iteration, {"suite": "heldout", **{f"eval/{k}": v for k, v in result.items()}})
+        say(f"eval {when}: {iteration_stats(result, prefix='')} ({episodes} held-out episodes)")
+        return result
 
     def _loop(self) -> dict[str, float]:
         cfg = self.config.train
@@ -449,10 +455,7 @@ class Trainer:
                 it = self.iteration + 1
                 line = self._iteration(it)
                 if cfg.eval_every and it % cfg.eval_every == 0 and self.dist.is_main:
-                    last_eval = self.evaluate(cfg.eval_episodes)
-                    self._log("eval", it, {"suite": "heldout", **{f"eval/{k}": v for k, v in last_eval.items()}})
-                    say(f"eval at iteration {it}: {iteration_stats(last_eval, prefix='')} "
-                        f"({cfg.eval_episodes} held-out episodes)")
+                    last_eval = self._evaluate_logged(it, f"at iteration {it}")
                 self.iteration = it
                 if it % cfg.checkpoint_every == 0 or it == cfg.iterations:
                     self.checkpoint()
