@@ -127,6 +127,20 @@ def test_slow_training_projects_the_run_time() -> None:
     findings = diagnose(records, CONFIG)
     assert [f.code for f in findings] == ["slow_training"]
     assert findings[0].evidence["projected_hours"] == pytest.approx(10.0)  # 100 iterations x 6 min
+    assert "update_share" not in findings[0].evidence  # a run logged before the split: no share
+    assert "model.rl_layers" not in findings[0].config_keys
+
+
+def test_slow_training_in_the_update_suggests_cheaper_updates() -> None:
+    records = with_series(healthy(), "perf/decisions_per_s", [0.5] * 40)
+    records = with_series(records, "perf/iteration_s", [300.0] * 40)
+    records = with_series(records, "perf/update_s", [240.0] * 39 + [30.0])  # median share 0.8
+    finding = diagnose(records, CONFIG)[0]
+    assert finding.code == "slow_training" and "update" in finding.symptom
+    assert finding.evidence["update_share"] == pytest.approx(0.8)
+    assert {"algo.epochs", "model.rl_layers"} <= set(finding.config_keys)
+    collect_bound = with_series(records, "perf/update_s", [60.0] * 40)  # share 0.2: the rollout's remedies
+    assert "rollout.parallel" in diagnose(collect_bound, CONFIG)[0].config_keys
 
 
 def test_run_directory_reads_metrics_and_config_and_formats_flags(tmp_path: Path) -> None:

@@ -79,6 +79,8 @@ def test_trainer_runs_free_text_and_its_final_table_writes_text(tmp_path):
     assert set(rows) == {"trained", "zero-shot", "random", "oracle"} and rows["oracle"]["success"] == 0.0
     line = next(x for x in _lines(tmp_path / "run" / "metrics.jsonl") if x["kind"] == "train")
     assert line["perf/decisions"] == 6  # 2 episodes x 3 decisions (nobody escapes in 3 ticks)
+    assert 0 < line["perf/collect_s"] and 0 < line["perf/update_s"]  # the two phases, timed apart
+    assert line["perf/collect_s"] + line["perf/update_s"] <= line["perf/iteration_s"]
     assert line["episode/invalid_rate"] == 1.0  # random weights: every text unparseable, and counted
     assert math.isfinite(line["policy/kl_ref_new"]) and line["policy/entropy"] > 5
     step = _lines(tmp_path / "run" / "transcripts.jsonl")[0]["steps"][0]

@@ -304,6 +304,20 @@ def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Fi
         evidence["median_iteration_s"] = statistics.median(seconds)
         if isinstance(total, int):
             evidence["projected_hours"] = evidence["median_iteration_s"] * total / 3600
+    shares = [r["perf/update_s"] / r["perf/iteration_s"] for r in records
+              if r.get("kind") == "train" and isinstance(r.get("perf/update_s"), (int, float))
+              and r.get("perf/iteration_s")]
+    if shares:  # runs logged since the split: which phase to make cheaper
+        evidence["update_share"] = statistics.median(shares)
+    if evidence.get("update_share", 0.0) > 0.5:
+        return Finding(
+            "slow_training", "training very slow (mostly in the update)", evidence,
+            ("every update epoch re-runs the trained layers over each decision", "long prompts"),
+            ("fewer update epochs", "train only the top layers over cached trunk activations",
+             "micro-batches sized to the cache"),
+            (_change(config, "algo.epochs", "lower", 0.5), ConfigChange("model.rl_layers", "lower (e.g. 6)"),
+             ConfigChange("model.dtype", "bfloat16 on a GPU or on a CPU with AVX512-BF16/AMX")),
+        )
     return Finding(
         "slow_training", "training very slow", evidence,
         ("environment or LLM inference bound", "long prompts (history, state text)"),

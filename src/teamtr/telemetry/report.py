@@ -79,7 +79,7 @@ PLOTS: tuple[PlotSpec, ...] = (
         "optim.png", "Optimiser", ("optim/grad_norm", "optim/lr", "optim/ent_coef", "optim/kl_coef"), panels=True,
         trend=False,
     ),
-    PlotSpec("speed.png", "Speed", ("perf/decisions_per_s", "perf/iteration_s"), panels=True),
+    PlotSpec("speed.png", "Speed", ("perf/decisions_per_s", "perf/iteration_s", "perf/collect_s", "perf/update_s"), panels=True),
     PlotSpec("bc.png", "Behaviour-cloning warm-up", ("bc/loss", "bc/accuracy", "bc/heldout_accuracy"), kind="bc",
              panels=True, x_label="step"),  # bc lines are numbered by optimiser step
 )

@@ -480,9 +480,12 @@ class Trainer:
         t_collect = time.perf_counter() - t0
         c = self.algo_config
         rollout.compute_advantages(c.gamma, c.lam, c.normalize_advantages, estimator=self.algo.advantage_estimator)
+        t1 = time.perf_counter()
         metrics = self.update(rollout) if self.hierarchy is None else self.hierarchy.update(self, rollout, it)
+        t_update = time.perf_counter() - t1
         ep = {f"episode/{k if k != 'episode_return' else 'return'}": v for k, v in _mean(episodes).items()}
         line = {**ep, **metrics, **self.collector.stats, "perf/decisions_per_s": len(rollout) / max(t_collect, 1e-9),
+                "perf/collect_s": t_collect, "perf/update_s": t_update,
                 "perf/iteration_s": time.perf_counter() - t0, "perf/decisions": len(rollout)}
         if self.replay is not None:
             line["replay/size"] = len(self.replay)
