@@ -28,3 +28,43 @@ def test_an_override_of_the_world_starts_env_afresh():
     assert config.env.name == "software-team" and config.env.options() == {"engineers": 3}
     kept = load_config("default", ["env.agents=4"])
     assert kept.env.options() == {"agents": 4, "items": 3}
+
+
+def test_a_config_starts_from_its_base_and_overrides_key_by_key(tmp_path):
+    base = load_config("escape_room_ppo")
+    (tmp_path / "mine.yaml").write_text("base: escape_room_ppo\nenv: {names: fresh}\nalgo: {lr: 1.0e-4}\n")
+    mine = load_config(tmp_path / "mine.yaml")
+    assert mine.env.names == "fresh" and mine.env.hints is True and mine.env.agents == 3  # merged, not replaced
+    assert mine.algo.lr == 1e-4 and mine.algo.clip_eps == base.algo.clip_eps
+    assert mine.train == base.train and mine.model == base.model
+    # a base given as a path is read beside the file; a chain of bases merges in order
+    (tmp_path / "two.yaml").write_text("base: mine.yaml\nalgo: {epochs: 1}\n")
+    two = load_config(tmp_path / "two.yaml", ["algo.lr=2e-4"])
+    assert (two.env.names, two.algo.epochs, two.algo.lr) == ("fresh", 1, 2e-4)
+    # lists replace; an env naming another world starts afresh
+    (tmp_path / "other.yaml").write_text("base: escape_room_ppo\nenv: {name: software-team, engineers: 3}\n")
+    assert load_config(tmp_path / "other.yaml").env.options() == {"engineers": 3}
+
+
+def test_shipped_configs_built_on_a_base_say_only_what_differs():
+    lolo, full = load_config("overcooked_lolo"), load_config("overcooked")
+    assert "forced_coordination" not in lolo.env.layout and len(lolo.env.layout) == 4
+    assert lolo.train.final_suite == "generalisation" and lolo.algo == full.algo and lolo.bc == full.bc
+    flat, hier = load_config("software_team_flat4"), load_config("software_team_hier")
+    assert not flat.team.hierarchy.enabled and hier.team.hierarchy.enabled
+    assert flat.model_dump(exclude={"team", "run_dir"}) == hier.model_dump(exclude={"team", "run_dir"})
+    fresh = load_config("escape_room_ppo_fresh")
+    assert (fresh.env.names, fresh.train.eval_env) == ("fresh", {"names": "heldout"})
+
+
+@pytest.mark.parametrize("text, words", [
+    ("base: [default]\n", "must name one config"),
+    ("base: nowhere_at_all\n", "neither a file nor a shipped config"),
+    ("base: loop.yaml\n", "comes back to itself"),
+])
+def test_a_bad_base_is_named(tmp_path, text, words):
+    from teamtr.core import TeamTRError
+
+    (tmp_path / "loop.yaml").write_text(text)
+    with pytest.raises(TeamTRError, match=words):
+        load_config(tmp_path / "loop.yaml")

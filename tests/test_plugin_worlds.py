@@ -117,6 +117,9 @@ def test_the_generalisation_suite_reads_the_options_each_world_declares(relay_on
     assert suites("software-team", {"engineers": 3}, "generalisation") == {
         "heldout": {"engineers": 3}, "engineers=4": {"engineers": 4},
         "names=heldout": {"engineers": 3, "names": "heldout"}}
+    # a run evaluated on held-out names already (train.eval_env) gets no second copy of that suite
+    assert suites("escape-room", {"names": "heldout"}, "generalisation") == {
+        "heldout": {"names": "heldout"}, "agents=4": {"agents": 4, "names": "heldout"}}
     for extra_world, want in (("spread", ["heldout", "N=4"]), ("overcooked", ["heldout"])):
         if available(extra_world):
             assert list(suites(extra_world, {}, "generalisation")) == want

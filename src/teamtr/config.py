@@ -7,6 +7,7 @@ names the key, the value and what is allowed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import fields
 from pathlib import Path
 from typing import Any, Literal
@@ -511,11 +512,16 @@ def config_path(name_or_path: str | Path) -> Path:
                       f"{', '.join(shipped_configs())} (`teamtr config show NAME` prints one).")
 
 
-def read_config_tree(path: str | Path | None) -> dict[str, Any]:
-    """The raw mapping of a config file (or ``{}`` for ``None``), errors named for people."""
+def read_config_tree(path: str | Path | None, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The raw mapping of a config file (or ``{}`` for ``None``), errors named for people. A file may
+    start from another: ``base: NAME`` (a shipped config, or a YAML path relative to the file) is read
+    first and the file's own keys go over it (``merge_trees``)."""
     if path is None:
         return {}
     p = config_path(path)
+    if p.resolve() in _chain:
+        cycle = " -> ".join(str(x) for x in (*_chain, p.resolve()))
+        raise TeamTRError(f"Config {p}: its `base` chain comes back to itself ({cycle}); remove one `base`.")
     try:
         text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
@@ -523,7 +529,30 @@ def read_config_tree(path: str | Path | None) -> dict[str, Any]:
     tree = load_yaml(text, f"Config file {p}") or {}
     if not isinstance(tree, dict):
         raise TeamTRError(f"Config file {p} must hold a mapping of sections (seed, env, model, ...).")
-    return tree
+    if "base" not in tree:
+        return tree
+    base = tree.pop("base")
+    if not isinstance(base, str) or not base.strip():
+        raise TeamTRError(f"Config file {p}: `base` must name one config (a shipped name such as "
+                          f"escape_room_ppo, or a YAML path), got {base!r}.")
+    beside = p.parent / base
+    parent = read_config_tree(beside if beside.is_file() else base, (*_chain, p.resolve()))
+    return merge_trees(parent, tree)
+
+
+def merge_trees(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """``over`` on top of ``base``: mappings merge key by key, anything else (lists included) replaces.
+    An ``env`` that names another world starts afresh (its options belong to its own world)."""
+    out = dict(base)
+    for key, value in over.items():
+        old = out.get(key)
+        switched = key == "env" and isinstance(old, dict) and isinstance(value, dict) and \
+            "name" in value and value["name"] != old.get("name", EnvConfig().name)
+        if isinstance(old, dict) and isinstance(value, dict) and not switched:
+            out[key] = merge_trees(old, value)
+        else:
+            out[key] = value
+    return out
 
 
 def _switch_world(tree: dict[str, Any], overrides: list[str]) -> dict[str, Any]:

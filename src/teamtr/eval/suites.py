@@ -56,7 +56,8 @@ def suites(env_name: str, options: Mapping[str, Any], which: str = "heldout") ->
         out[f"{key}={n}"] = {**base, key: n}
     if cls.vocabulary_option is not None:
         key, value = cls.vocabulary_option
-        out[f"{key}={value}"] = {**base, key: value}
+        if base.get(key) != value:  # evaluated on held-out names already (train.eval_env): no second copy
+            out[f"{key}={value}"] = {**base, key: value}
     return out
 
 
