@@ -95,6 +95,8 @@ CASES = [
     ("overwrite-not-a-run", ["train", *TINY, "--set", "run_dir={notarun}", "--overwrite"], 2,
      r"not a TeamTR run; nothing was deleted"),
     ("train-bad-world-option", ["train", *TINY, "--set", "env.items=9", "--set", "run_dir={tmp}/r1"], 2, r"items=9"),
+    ("train-stage-of-another-world", ["train", "--config", "software_team_ppo", *TINY, "--set", "env.name=escape-room",
+                                      "--set", "run_dir={tmp}/r3"], 2, r"curriculum\.stages\[0\]\.env: .*engineers"),
     ("play-unknown-world", ["play", "kitchen"], 2, r"Unknown world 'kitchen'"),
     ("command-unknown", ["fly"], 2, r"invalid choice: 'fly'"),
 ]

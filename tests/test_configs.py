@@ -2,6 +2,7 @@
 
 import pytest
 
+from teamtr.core import TeamTRError
 from teamtr.config import CONFIGS_DIR, config_path, dump_config, load_config, load_yaml, shipped_configs
 from teamtr.envs import make
 
@@ -42,8 +43,25 @@ def test_a_config_starts_from_its_base_and_overrides_key_by_key(tmp_path):
     two = load_config(tmp_path / "two.yaml", ["algo.lr=2e-4"])
     assert (two.env.names, two.algo.epochs, two.algo.lr) == ("fresh", 1, 2e-4)
     # lists replace; an env naming another world starts afresh
+    (tmp_path / "list.yaml").write_text("base: overcooked\nenv: {layout: [cramped_room]}\n")
+    assert load_config(tmp_path / "list.yaml").env.layout == ["cramped_room"]
     (tmp_path / "other.yaml").write_text("base: escape_room_ppo\nenv: {name: software-team, engineers: 3}\n")
     assert load_config(tmp_path / "other.yaml").env.options() == {"engineers": 3}
+    # a variant runs in a directory of its own, not its base's
+    assert mine.run_dir == "runs/mine" and two.run_dir == "runs/two" and base.run_dir == "runs/escape_room_ppo"
+
+
+def test_a_base_path_is_read_beside_the_file_and_a_bare_name_is_shipped(tmp_path, monkeypatch):
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "x.yaml").write_text("base: escape_room_ppo\nalgo: {lr: 1.0e-4}\n")
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf" / "y.yaml").write_text("base: sub/x.yaml\n")
+    monkeypatch.chdir(tmp_path)  # ./sub/x.yaml exists here, but not beside conf/y.yaml
+    with pytest.raises(TeamTRError, match=r"base 'sub/x.yaml' is not a file beside it"):
+        load_config("conf/y.yaml")
+    (tmp_path / "overcooked").write_text("seed: 7\n")  # a file in the working directory named like a shipped config
+    (tmp_path / "z.yaml").write_text("base: overcooked\n")
+    assert load_config("z.yaml").env.name == "overcooked"  # the shipped one, not ./overcooked
 
 
 def test_shipped_configs_built_on_a_base_say_only_what_differs():
@@ -59,12 +77,11 @@ def test_shipped_configs_built_on_a_base_say_only_what_differs():
 
 @pytest.mark.parametrize("text, words", [
     ("base: [default]\n", "must name one config"),
-    ("base: nowhere_at_all\n", "neither a file nor a shipped config"),
+    ("base: nowhere_at_all\n", "loop.yaml: base 'nowhere_at_all' is not a shipped config"),
+    ("base: missing.yaml\n", "loop.yaml: base 'missing.yaml' is not a file beside it"),
     ("base: loop.yaml\n", "comes back to itself"),
 ])
 def test_a_bad_base_is_named(tmp_path, text, words):
-    from teamtr.core import TeamTRError
-
     (tmp_path / "loop.yaml").write_text(text)
     with pytest.raises(TeamTRError, match=words):
         load_config(tmp_path / "loop.yaml")

@@ -143,6 +143,30 @@ def test_slow_training_in_the_update_suggests_cheaper_updates() -> None:
     assert "rollout.parallel" in diagnose(collect_bound, CONFIG)[0].config_keys
 
 
+def test_fast_rollouts_with_slow_updates_are_still_slow_training() -> None:
+    records = with_series(healthy(), "perf/decisions", [200] * 40)  # acting 14 decisions/s (healthy())...
+    records = with_series(records, "perf/iteration_s", [300.0] * 40)  # ...but 0.67 a second overall
+    older = diagnose(records, CONFIG)[0]  # a run logged before the split: slow, cause unknown
+    assert older.code == "slow_training" and "update_share" not in older.evidence
+    records = with_series(records, "perf/update_s", [285.0] * 40)
+    finding = diagnose(records, CONFIG)[0]  # with it: 95% of every iteration in the update
+    assert finding.code == "slow_training" and finding.evidence["update_share"] == pytest.approx(0.95)
+    assert finding.evidence["median_iteration_decisions_per_s"] == pytest.approx(200 / 300)
+    assert codes(with_series(records, "perf/iteration_s", [150.0] * 40)) == []  # 1.33 a second: fine
+
+
+def test_update_remedies_stay_within_what_the_config_allows() -> None:
+    records = with_series(healthy(), "perf/decisions_per_s", [0.5] * 40)
+    records = with_series(records, "perf/iteration_s", [300.0] * 40)
+    records = with_series(records, "perf/update_s", [240.0] * 40)
+    hier = {**CONFIG, "algo": {**CONFIG["algo"], "epochs": 1}, "team": {"hierarchy": {"enabled": True}}}
+    keys = diagnose(records, hier)[0].config_keys
+    assert "model.rl_layers" not in keys and "algo.epochs" not in keys and "model.dtype" in keys
+    top6 = {**CONFIG, "model": {"rl_layers": 6}}
+    assert diagnose(records, top6)[0].config_keys[:1] == ("algo.epochs",)
+    assert "model.rl_layers" not in diagnose(records, top6)[0].config_keys
+
+
 def test_run_directory_reads_metrics_and_config_and_formats_flags(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("algo:\n  clip_eps: 0.3\n  lr: 0.0001\n  target_kl: 0.02\n")
     rng = random.Random(4)

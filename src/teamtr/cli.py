@@ -174,6 +174,11 @@ def _preflight(config: Config, fresh: bool = True) -> None:
     make(config.env.name, **config.env.options())
     if config.train.eval_env:
         make(config.env.name, **eval_options(config.env.options(), config.train.eval_env))
+    for k, stage in enumerate(config.curriculum.stages):  # a stage's options belong to this world too
+        try:
+            make(config.env.name, **{**config.env.options(), **stage.env})
+        except TeamTRError as err:
+            raise TeamTRError(f"curriculum.stages[{k}].env: {err}") from None
     if config.log.wandb and importlib.util.find_spec("wandb") is None:
         raise TeamTRError("log.wandb is true but wandb is not installed: run pip install 'teamtr[wandb]', "
                           "or --set log.wandb=false.")

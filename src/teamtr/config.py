@@ -535,9 +535,23 @@ def read_config_tree(path: str | Path | None, _chain: tuple[Path, ...] = ()) -> 
     if not isinstance(base, str) or not base.strip():
         raise TeamTRError(f"Config file {p}: `base` must name one config (a shipped name such as "
                           f"escape_room_ppo, or a YAML path), got {base!r}.")
-    beside = p.parent / base
-    parent = read_config_tree(beside if beside.is_file() else base, (*_chain, p.resolve()))
-    return merge_trees(parent, tree)
+    tree.setdefault("run_dir", f"runs/{p.stem}")  # not the base's: a variant's runs must not land there
+    return merge_trees(read_config_tree(_base_path(p, base), (*_chain, p.resolve())), tree)
+
+
+def _base_path(config: Path, base: str) -> Path:
+    """``base`` of the file ``config``: a path (with a ``/`` or ending ``.yaml``) is read beside the
+    file, a bare name is a shipped config; either missing is refused naming the file that asked."""
+    if "/" in base or base.endswith((".yaml", ".yml")):
+        path = (config.parent / base).expanduser()
+        if path.is_file():
+            return path
+        raise TeamTRError(f"Config file {config}: base {base!r} is not a file beside it ({path}).")
+    shipped = CONFIGS_DIR / f"{base}.yaml"
+    if shipped.is_file():
+        return shipped
+    raise TeamTRError(f"Config file {config}: base {base!r} is not a shipped config; shipped: "
+                      f"{', '.join(shipped_configs())} (a file beside it is named with .yaml).")
 
 
 def merge_trees(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:

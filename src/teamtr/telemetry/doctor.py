@@ -59,7 +59,8 @@ DIRECTIVE_MIN_ITERATIONS = 3
 REPEAT_RATE_MAX = 0.5
 INVALID_RATE_MAX = 0.2
 
-SLOW_DECISIONS_PER_S = 2.0
+SLOW_DECISIONS_PER_S = 2.0  # the rollout's decisions a second
+SLOW_ITERATION_DECISIONS_PER_S = 1.0  # decisions an iteration over its seconds, the update included
 
 #: A reward weight this large (in size) swamps every other term and overflows the returns' scale.
 HUGE_WEIGHT = 1e3
@@ -294,19 +295,29 @@ def _directives(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
 
 
 def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    """Slow rollouts (decisions a second while acting) or slow iterations (decisions over the whole
+    iteration, the update included); where the update's share of the time is logged, its remedies
+    when it is over half."""
     _, speed = metric_series(records, "perf/decisions_per_s")
-    if not speed or statistics.median(speed) >= SLOW_DECISIONS_PER_S:
+    by_it = dict(zip(*metric_series(records, "perf/iteration_s")))
+    seconds = [v for v in by_it.values() if v > 0]
+    decided = dict(zip(*metric_series(records, "perf/decisions")))
+    overall = [decided[i] / by_it[i] for i in decided if by_it.get(i, 0) > 0]
+    slow_rollout = bool(speed) and statistics.median(speed) < SLOW_DECISIONS_PER_S
+    slow_overall = bool(overall) and statistics.median(overall) < SLOW_ITERATION_DECISIONS_PER_S
+    if not (slow_rollout or slow_overall):
         return None
-    evidence = {"median_decisions_per_s": statistics.median(speed), "limit": SLOW_DECISIONS_PER_S}
-    _, seconds = metric_series(records, "perf/iteration_s")
+    evidence = {"median_decisions_per_s": statistics.median(speed) if speed else float("nan"),
+                "limit": SLOW_DECISIONS_PER_S}
+    if overall:
+        evidence["median_iteration_decisions_per_s"] = statistics.median(overall)
     total = config_value(config, "train.iterations")
     if seconds:
         evidence["median_iteration_s"] = statistics.median(seconds)
         if isinstance(total, int):
             evidence["projected_hours"] = evidence["median_iteration_s"] * total / 3600
-    shares = [r["perf/update_s"] / r["perf/iteration_s"] for r in records
-              if r.get("kind") == "train" and isinstance(r.get("perf/update_s"), (int, float))
-              and r.get("perf/iteration_s")]
+    updates = dict(zip(*metric_series(records, "perf/update_s")))
+    shares = [updates[i] / by_it[i] for i in updates if by_it.get(i, 0) > 0]
     if shares:  # runs logged since the split: which phase to make cheaper
         evidence["update_share"] = statistics.median(shares)
     if evidence.get("update_share", 0.0) > 0.5:
@@ -314,10 +325,7 @@ def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Fi
             "slow_training", "training very slow (mostly in the update)", evidence,
             ("every update epoch re-runs the trained layers over each decision", "long prompts"),
             ("fewer update epochs", "train only the top layers over cached trunk activations",
-             "micro-batches sized to the cache"),
-            (_change(config, "algo.epochs", "lower", 0.5), ConfigChange("model.rl_layers", "lower (e.g. 6)"),
-             ConfigChange("model.dtype", "bfloat16 on a GPU or on a CPU with AVX512-BF16/AMX")),
-        )
+             "micro-batches sized to the cache"), _update_changes(config))
     return Finding(
         "slow_training", "training very slow", evidence,
         ("environment or LLM inference bound", "long prompts (history, state text)"),
@@ -326,6 +334,21 @@ def _slow(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Fi
         (_change(config, "rollout.parallel", "raise", 2.0), ConfigChange("model.backbone", "smaller"),
          ConfigChange("model.dtype", "bfloat16 on a GPU or on a CPU with AVX512-BF16/AMX")),
     )
+
+
+def _update_changes(config: Mapping[str, Any] | None) -> tuple[ConfigChange, ...]:
+    """A cheaper update, as far as the run's config allows it: fewer epochs (not below 1, not for
+    TRPO, whose step is one), fewer trained layers (not in a hierarchical run: one adapter per level
+    needs them all; not when already 6 or fewer)."""
+    out = []
+    epochs = config_value(config, "algo.epochs")
+    if config_value(config, "algo.name") != "trpo" and not (isinstance(epochs, int) and epochs <= 1):
+        out.append(_change(config, "algo.epochs", "lower", 0.5))
+    layers = config_value(config, "model.rl_layers")
+    if not config_value(config, "team.hierarchy.enabled") and not (isinstance(layers, int) and layers <= 6):
+        out.append(ConfigChange("model.rl_layers", "lower (e.g. 6)"))
+    out.append(ConfigChange("model.dtype", "bfloat16 on a GPU or on a CPU with AVX512-BF16/AMX"))
+    return tuple(out)
 
 
 def all_steps_skipped(metrics: Mapping[str, Any]) -> bool:
