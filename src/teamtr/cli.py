@@ -8,7 +8,7 @@ examples:
   teamtr train --resume runs/default                      continue from the last complete checkpoint
   teamtr eval --policy oracle random --env software-team --set env.engineers=4 --episodes 500
   teamtr eval --checkpoint runs/default --suite generalisation --episodes 200
-  teamtr report runs/default ; teamtr doctor runs/default
+  teamtr report runs/default ; teamtr doctor runs/default ; teamtr status
   teamtr play escape-room --set env.names=heldout
   teamtr sweep software_team --seeds 0 1 2               one run per seed, then mean ± std
   teamtr serve runs/default --port 8000                   an OpenAI-compatible endpoint (127.0.0.1)
@@ -378,6 +378,18 @@ def cmd_report(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_status(args: argparse.Namespace) -> int:
+    from teamtr.train.status import find_runs, format_status, run_status
+
+    runs = find_runs(args.paths or ["runs"])
+    if not runs:
+        print(f"no runs under {', '.join(args.paths or ['runs'])} (a run is a directory with a config.yaml)")
+        return 0
+    rows = [run_status(run) for run in runs]
+    print(json.dumps(rows, indent=1) if args.json else format_status(rows))
+    return 0
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     from teamtr.telemetry.doctor import diagnose, format_findings
 
@@ -505,6 +517,10 @@ def build_parser() -> argparse.ArgumentParser:
               cmd_doctor)
     dr.add_argument("run_dir")
     dr.add_argument("--strict", action="store_true", help="exit 1 when something is found")
+    st = _sub(sub, "status", "where each run stands: running or not, iteration, success, time left",
+              "  teamtr status                 every run under runs/\n  teamtr status runs/sweep-default\n", cmd_status)
+    st.add_argument("paths", nargs="*", help="runs or folders of runs (default: runs)")
+    st.add_argument("--json", action="store_true", help="print JSON, one object per run")
     play = _sub(sub, "play", "be the coordinator yourself, in the terminal, or watch a trained one",
                 "  teamtr play escape-room --set env.names=heldout\n"
                 "  teamtr play --checkpoint runs/default          its top 3 suggestions each tick\n"

@@ -44,3 +44,23 @@ class RunLock:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = None
+
+
+def lock_holder(run_dir: str | Path) -> int | None:
+    """The pid of the process training in ``run_dir`` now, or ``None`` (no lock file, or nobody holds
+    it). Probes with a shared non-blocking lock, released at once: it never blocks a trainer's start
+    for longer than the probe."""
+    path = Path(run_dir) / LOCK_NAME
+    if not path.is_file():
+        return None
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            text = os.read(fd, 32).decode(errors="replace").strip()
+            return int(text) if text.isdigit() else -1
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return None
+    finally:
+        os.close(fd)
