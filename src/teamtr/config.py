@@ -257,6 +257,11 @@ class BCConfig(_Section):
     #: constant: bc.lr throughout; cosine: linear warmup over the first tenth of the steps, then cosine
     #: decay to 0 at the last step, so the clone ends where its steps settled, not mid-stride
     schedule: Literal["constant", "cosine"] = "constant"
+    #: DAgger (Ross et al. 2011) after the first clone: this many rounds in which the clone acts greedily,
+    #: the oracle labels every state it reaches, and the clone is trained again on all demonstrations
+    #: (each round epochs x its new decisions / batch_size steps); 0: the plain clone
+    dagger_rounds: int = Field(0, ge=0)
+    dagger_demos: int | None = Field(None, ge=1)  # decisions collected per round; None: as many as bc.demos
 
 
 class TrainConfig(_Section):
@@ -477,6 +482,22 @@ def _check_hierarchy(config: Config) -> None:
         raise TeamTRError(f"Bad config: team.hierarchy.enabled=true: {why}.")
 
 
+def _check_dagger(config: Config) -> None:
+    """DAgger's rounds clone single decisions: the mode training starts in must be single."""
+    if not (config.bc.enabled and config.bc.dagger_rounds):
+        return
+    stages = config.curriculum.stages
+    first = stages[0].team.directives if stages and stages[0].team.directives is not None else None
+    mode = first or config.team.directives
+    if mode != "single":
+        raise TeamTRError(f"Bad config: bc.dagger_rounds={config.bc.dagger_rounds} needs single directives where "
+                          f"training starts, but it starts in team.directives={mode}: the clone's own whole-team "
+                          "outputs are not collected yet; set bc.dagger_rounds=0 or start in single mode.")
+    if not config.bc.demos and config.bc.dagger_demos is None:
+        raise TeamTRError("Bad config: bc.dagger_rounds needs a number of decisions per round: set bc.dagger_demos "
+                          "(bc.demos is 0).")
+
+
 def validate(tree: dict[str, Any]) -> Config:
     try:
         config = Config.model_validate(tree)
@@ -486,6 +507,7 @@ def validate(tree: dict[str, Any]) -> Config:
     _check_modes(config)
     _check_micro_batches(config)
     _check_hierarchy(config)
+    _check_dagger(config)
     # Validate the algorithm's own keys now, not at the first update.
     try:
         AlgoConfig.from_dict(config.algo.algo_options())

@@ -5,7 +5,10 @@ trainer's own transcript format (one JSON object per episode with ``task`` and `
 ``state``, ``history``, ``candidates`` and ``choice``), so real team logs can be cloned too (the
 seed's offline + online). With ``explore`` > 0 the collecting episodes take a random candidate on
 that share of steps while still labelling each state with the expert's choice, so the clone also sees
-states off the expert's path (DAgger-style labels; Ross et al. 2011).
+states off the expert's path (DAgger-style labels; Ross et al. 2011). DAgger proper
+(``learner_demos``, ``bc.dagger_rounds``): after a first clone, the clone itself acts (greedily) and
+the oracle labels every state it reaches; the union of all demonstrations is cloned again, round after
+round, so the clone learns to recover from its own mistakes, not only the expert's random slips.
 
 In whole-team mode (``mode="whole_team"``) the demonstrations come from the whole-team oracle
 (``TeamState.expert_lines``: every agent with something new to do gets its line in the same tick, and
@@ -128,6 +131,30 @@ def expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: floa
                              (schedule, goals) if schedule is not None else None)
 
 
+def learner_demos(coordinator: CoordinatorLike, make_team: Callable[[], Team], n: int, seed: int,
+                  explore: float = 0.0, parallel: int = 16, what: str = "DAgger collection",
+                  schedule: GoalSchedule | None = None) -> tuple[list[Demo], float]:
+    """DAgger's collection (Ross et al. 2011): ``n`` decisions from episodes seeded ``seed, seed+1, ...``
+    in which the coordinator acts greedily (a random candidate on an ``explore`` share of steps, as in
+    ``expert_demos``) and the oracle labels every state reached. Returns the demonstrations and the
+    agreement: the share of them where the coordinator's greedy choice was the oracle's. Single mode
+    (one directive per decision); a hierarchical team's goals are the oracle's, as in ``expert_demos``."""
+    picks: list[tuple[int, int]] = []  # (learner's choice, oracle's label) per state, in demo order
+
+    def act(states: list[TeamState]) -> list[int]:
+        with torch.no_grad():
+            chosen = coordinator.act(states, greedy=True).choices
+        picks.extend((c, s.expert) for c, s in zip(chosen, states))
+        return chosen
+
+    goals: list[Demo] = []
+    with Progress(what, n, unit="decisions") as progress:
+        demos = _expert_demos(make_team, n, seed, explore, parallel, progress, False,
+                              (schedule, goals) if schedule is not None else None, act=act)
+    agreement = sum(c == e for c, e in picks[:n]) / max(1, min(n, len(picks)))
+    return demos, agreement
+
+
 def _demo(s: TeamState, lines: tuple[int, ...] | None = None) -> Demo:
     return Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert,
                 targets=tuple(getattr(c, "target", None) for c in s.candidates), lines=lines, goal=s.goal)
@@ -145,7 +172,10 @@ def _oracle_goals(batch: TeamBatch, schedule: GoalSchedule, goals: list[Demo]) -
 
 def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: float, parallel: int,
                   progress: Progress, whole_team: bool,
-                  hierarchy: tuple[GoalSchedule, list[Demo]] | None) -> list[Demo]:
+                  hierarchy: tuple[GoalSchedule, list[Demo]] | None,
+                  act: Callable[[list[TeamState]], list[int]] | None = None) -> list[Demo]:
+    """The collection loop; ``act`` (single mode): who acts on the path instead of the oracle (the
+    oracle still labels every state). The random draws are the same with and without it."""
     rng = random.Random(seed)
     demos: list[Demo] = []
     next_seed = seed
@@ -158,12 +188,13 @@ def _expert_demos(make_team: Callable[[], Team], n: int, seed: int, explore: flo
             if hierarchy is not None:
                 _oracle_goals(batch, *hierarchy)
             states = batch.states()
+            acted = act(states) if act is not None else None
             choices: list[int | list[int]] = []
-            for s in states:
+            for i, s in enumerate(states):
                 demos.append(_demo(s, s.expert_lines if whole_team else None))
                 off = explore > 0 and rng.random() < explore
-                expert = list(s.expert_lines) if whole_team else s.expert
-                choices.append(rng.randrange(len(s.candidates)) if off else expert)
+                on_path = acted[i] if acted is not None else list(s.expert_lines) if whole_team else s.expert
+                choices.append(rng.randrange(len(s.candidates)) if off else on_path)
             batch.step(choices)
             progress.update(min(len(demos), n))
     return demos[:n]
@@ -196,9 +227,12 @@ def file_demos(paths: Sequence[str | Path], success_weighted: bool = False) -> l
 
 def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
                     seed: int = 0, schedule: str = "constant", log: Callable[[int, dict[str, float]], None] | None = None,
-                    heldout: Sequence[Demo] = (), mode: str = "single") -> dict[str, float]:
+                    heldout: Sequence[Demo] = (), mode: str = "single", steps: int | None = None,
+                    what: str = "behaviour cloning") -> dict[str, float]:
     """Train the coordinator's adapter to put its probability on each demo's label (``mode``:
     ``single``, over the candidates; ``whole_team``, on the whole-team output that carries it out).
+    ``steps``: the number of optimiser steps (default ``epochs`` passes over ``demos``); ``what``: the
+    progress phase's name.
 
     ``schedule``: ``constant`` (``lr`` throughout) or ``cosine`` (linear warmup over the first tenth of
     the steps, then cosine decay to 0 at the last). Returns the last step's metrics: ``bc/loss``,
@@ -217,11 +251,12 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
     weights = torch.tensor([d.weight for d in demos])
-    steps_per_epoch = max(1, len(demos) // batch_size)
-    total = epochs * steps_per_epoch
+    total = epochs * max(1, len(demos) // batch_size) if steps is None else steps
+    if total < 1:
+        raise TeamTRError(f"Behaviour cloning for {total} steps: set bc.epochs (and the step count) to at least 1.")
     warmup = max(1, total // 10)
     metrics: dict[str, float] = {}
-    with Progress("behaviour cloning", total, unit="steps") as progress:
+    with Progress(what, total, unit="steps") as progress:
         for step in range(total):
             idx = torch.multinomial(weights, batch_size, replacement=len(demos) < batch_size, generator=g)
             batch = [demos[int(i)] for i in idx]

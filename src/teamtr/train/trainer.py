@@ -23,7 +23,7 @@ from teamtr.config import Config, directive_modes, dump_config
 from teamtr.core import TeamTRError
 from teamtr.envs import make
 from teamtr.envs.registry import world_class
-from teamtr.hierarchy import check_goals
+from teamtr.hierarchy import GoalSchedule, check_goals
 from teamtr.eval.team_agents import agent_factory, check_team
 from teamtr.policy.coordinator import CoordinatorLike, build_coordinator, check_layers
 from teamtr.policy.scoring import double_backward_attention
@@ -304,6 +304,7 @@ class Trainer:
             seed=self.config.seed, schedule=cfg.schedule, heldout=heldout, mode=mode,
             log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
         ).get("bc/step", 0)
+        steps = self._dagger(demos, heldout, schedule, int(steps), start)
         if goals:
             self._clone_goals(goals, heldout_goals, int(steps), start)
         self.bc_done = True
@@ -312,6 +313,36 @@ class Trainer:
                 self.coordinator.save(self.run_dir / "bc")
         if self.config.algo.ref == "bc":
             self.bc_state = self.coordinator.adapter_state()
+
+    def _dagger(self, demos: list[bc_mod.Demo], heldout: list[bc_mod.Demo], schedule: GoalSchedule | None,
+                after: int, start: float) -> int:
+        """``bc.dagger_rounds`` rounds of DAgger after the first clone: the clone acts greedily, the oracle
+        labels what it reaches, and the clone is trained again on every demonstration so far (logged as
+        ``bc`` lines numbered on from ``after``; a round's first line carries ``bc/dagger_round``,
+        ``bc/dagger_agreement``, the share of the clone's choices that were the oracle's, and ``bc/demos``).
+        Returns the last step's number."""
+        cfg = self.config.bc
+        parallel = self.config.rollout.parallel
+        n = cfg.dagger_demos or cfg.demos
+        for r in range(1, cfg.dagger_rounds + 1):
+            new, agreement = bc_mod.learner_demos(self.coordinator, self.make_team, n, seed=self.seeds.take(n + parallel),
+                                                  explore=cfg.explore, parallel=parallel, what=f"DAgger round {r}",
+                                                  schedule=schedule)
+            demos += new
+            say(f"DAgger round {r}: the clone chose the oracle's directive on {agreement:.3f} of {len(new)} "
+                f"decisions it reached; cloning again on {len(demos)}")
+            first = {"bc/dagger_round": float(r), "bc/dagger_agreement": agreement, "bc/demos": float(len(demos))}
+
+            def log(step: int, m: dict[str, float], base: int = after, extra: dict[str, float] = first) -> None:
+                self._log("bc", base + step, {**m, "bc/step": base + step, **(extra if step == 1 else {}),
+                                              "perf/wall_time": time.perf_counter() - start})
+
+            after += int(bc_mod.behaviour_clone(
+                self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                seed=self.config.seed + 100 + r, schedule=cfg.schedule, heldout=heldout, mode="single",
+                steps=max(1, cfg.epochs * len(new) // cfg.batch_size), what=f"DAgger round {r} cloning", log=log,
+            ).get("bc/step", 0))
+        return after
 
     def _clone_goals(self, goals: list[bc_mod.Demo], heldout: list[bc_mod.Demo], after: int, start: float) -> None:
         """Clone the strategic adapter on the oracle's goal choices (logged as ``bc/strategic_*``,
