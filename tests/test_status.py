@@ -55,6 +55,8 @@ def test_running_cloning_and_done_runs(tmp_path):
     row = run_status(done)
     assert (row["state"], row["phase"], row["final_success"]) == ("done", "done", 0.75)
     assert "seconds_left" not in row
+    first = _run(tmp_path / "d", iterations=30, seconds=[])  # RL alone, its first iteration under way
+    assert run_status(first)["phase"] == "iteration 0/30" and "seconds_left" not in run_status(first)
     table = _run(tmp_path / "c", iterations=2, seconds=[10.0, 10.0])  # trained, its table not yet written
     assert run_status(table)["phase"] == "end-of-run table"
 

@@ -66,7 +66,8 @@ def run_status(run: Path) -> dict[str, Any]:
     elif isinstance(total, int) and done_it >= total or final.is_file():
         out["phase"] = "done" if final.is_file() else "end-of-run table"
     else:
-        out["phase"] = f"iteration {done_it}/{total}" if its else "starting"
+        # iterations finished of the total: "iteration 0/30" while the first one runs
+        out["phase"] = f"iteration {done_it}/{total}" if isinstance(total, int) else "starting"
     if seconds and isinstance(total, int) and done_it < total and not final.is_file():
         out["seconds_left"] = statistics.median(seconds) * (total - done_it)
     return out
