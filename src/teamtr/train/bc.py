@@ -265,13 +265,7 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
             elif mode == "free_text":
                 loss, acc = _free_text_step(coordinator, batch)
             else:
-                handles = coordinator.remember(batch)
-                scores, _ = coordinator.evaluate(handles)
-                mask = coordinator.stored_mask(handles).to(scores.device)
-                logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
-                labels = torch.tensor([d.label for d in batch], device=scores.device)
-                loss = imitation_nll(logp, labels)
-                acc = float((logp.argmax(-1) == labels).float().mean())
+                loss, acc = _single_step(coordinator, batch)
             step_lr = lr * (warmup_cosine(step, warmup, total) if schedule == "cosine" else 1.0)
             for group in opt.param_groups:
                 group["lr"] = step_lr
@@ -287,6 +281,16 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
                 log(step + 1, metrics)
             progress.update(step + 1, f"loss {loss.item():.3f}  accuracy {acc:.2f}")
     return metrics
+
+
+def _single_step(coordinator: CoordinatorLike, batch: Sequence[Demo]) -> tuple[torch.Tensor, float]:
+    """The cross-entropy over each demo's candidates and the share the argmax gets right."""
+    handles = coordinator.remember(batch)
+    scores, _ = coordinator.evaluate(handles)
+    mask = coordinator.stored_mask(handles).to(scores.device)
+    logp = masked_log_softmax(scores, mask, fill=float("-inf"))  # argmax never picks padding
+    labels = torch.tensor([d.label for d in batch], device=scores.device)
+    return imitation_nll(logp, labels), float((logp.argmax(-1) == labels).float().mean())
 
 
 def _whole_team_demos(demos: Sequence[Demo]) -> list[Demo]:
