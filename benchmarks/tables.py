@@ -178,15 +178,21 @@ def recipe(config: dict[str, Any]) -> str:
     cloned = bool(config["bc"]["enabled"])
     rl = int(config["train"]["iterations"]) > 0
     init = (config.get("model") or {}).get("init")
-    name = (f"BC + {algo}" if cloned and rl else "BC" if cloned
+    name = (f"{_clone(config)} + {algo}" if cloned and rl else _clone(config) if cloned
             else f"{algo} from `{init}`" if init else f"{algo} alone")
     return name + _mode(config)
+
+
+def _clone(config: dict[str, Any]) -> str:
+    """``BC``, or ``BC + DAgger (N rounds)`` for a run with ``bc.dagger_rounds``."""
+    rounds = int(config["bc"].get("dagger_rounds") or 0)
+    return f"BC + DAgger ({rounds} round{'s' * (rounds > 1)})" if rounds else "BC"
 
 
 def _warm(config: dict[str, Any]) -> str:
     """What a run's ``bc`` row is: its behaviour clone, or the ``model.init`` adapter it started from."""
     init = (config.get("model") or {}).get("init")
-    return "BC" if config["bc"]["enabled"] or not init else f"`{init}` (the warm start)"
+    return _clone(config) if config["bc"]["enabled"] or not init else f"`{init}` (the warm start)"
 
 
 def _mode(config: dict[str, Any]) -> str:

@@ -86,6 +86,13 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     assert "| BC + PPO, hierarchical | 1.000 ± 0.000" in text
     # the oracle never uses the hierarchy: one oracle row
     assert [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| oracle")] == ["| oracle"]
+    # DAgger rounds after the clone are named in both rows
+    d = json.loads(Path(flat).read_text())
+    d["config"]["bc"]["dagger_rounds"] = 1
+    Path(flat).write_text(json.dumps(d))
+    text = tables.world([flat])
+    assert "| BC + DAgger (1 round) + PPO | 0.900 ± 0.000" in text
+    assert tables._warm(d["config"]) == "BC + DAgger (1 round)"
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):
