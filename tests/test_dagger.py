@@ -99,6 +99,9 @@ def test_dagger_needs_single_directives_where_training_starts():
     with pytest.raises(TeamTRError, match="bc.dagger_rounds=1 needs single directives"):
         load_config(None, [*TINY, "bc.dagger_rounds=1", "team.directives=whole_team"])
     load_config(None, [*TINY, "bc.dagger_rounds=1"])  # single: fine
+    with pytest.raises(TeamTRError, match="set bc.dagger_demos"):
+        load_config(None, [*TINY, "bc.dagger_rounds=1", "bc.demos=0"])
+    assert load_config(None, [*TINY, "bc.dagger_rounds=1", "bc.demos=0", "bc.dagger_demos=8"]).bc.dagger_demos == 8
     load_config(None, [*TINY, "bc.dagger_rounds=0", "team.directives=whole_team"])  # no DAgger: fine
 
 
