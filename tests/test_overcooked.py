@@ -74,6 +74,29 @@ def test_heuristic_delivers_soup_on_cramped_room_within_horizon() -> None:
     assert "Served 0 soups, 400 ticks left." in texts[0]
 
 
+def test_heuristic_gets_out_of_the_two_onion_deadlock() -> None:
+    """Both chefs hold an onion while the only pot cooks: nobody has a hand free for a dish. Holding on
+    ("put an onion in the pot", valid while a pot is busy) waits forever; the heuristic has the server
+    put its onion down (README, "Why cramped_room fails"). Before the fix it said "no new directive"
+    there for the rest of the episode: 1 soup in 400 ticks, against 7 after."""
+    world = oc.OvercookedWorld(layout="cramped_room", state_text="compact")
+    team = Team(world, history_len=0)
+    state = team.reset(0)
+    while "Pot 1 cooking" not in state.state:
+        state, _, _, _ = team.step(state.expert)
+    for k in range(60):  # fetch ahead for the busy pot, each chef in turn, until both hold an onion
+        if state.state.count("holds onion") == 2:
+            break
+        ahead = [i for i, c in enumerate(state.candidates) if c.text.endswith("put an onion in the pot")]
+        state, _, _, _ = team.step(ahead[k % len(ahead)] if ahead else len(state.candidates) - 1)
+    assert state.state.count("holds onion") == 2 and "Pot 1 cooking" in state.state, state.state
+    assert state.candidates[state.expert].text == "chef_0: put down what you hold"  # chef_0 serves here
+    start, soups, done = world.t, world.soups, False
+    while not done and world.t < start + 200:
+        state, _, done, _ = team.step(state.expert)
+    assert world.soups >= soups + 3  # measured 1 -> 7 by the end; the old label left it at 1
+
+
 def test_handoff_layout_needs_passing() -> None:
     world = oc.OvercookedWorld(layout="forced_coordination")
     world.reset(0)

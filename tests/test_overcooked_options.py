@@ -137,6 +137,16 @@ def test_the_shipped_configs_train_short_and_evaluate_the_full_task(name: str) -
     assert config.rollout.episodes == len(config.env.options()["layout"])  # each layout once an iteration
 
 
+def test_the_ppo_alone_config_plays_the_same_games_as_the_cloned_one() -> None:
+    """overcooked_ppo's rows join overcooked's table (its baselines and zero-shot row are not rerun):
+    the same world, training episodes, evaluation suites and held-out seeds; no cloning."""
+    ppo, bc = load_config("overcooked_ppo"), load_config("overcooked")
+    assert ppo.env == bc.env and ppo.rollout == bc.rollout and ppo.rewards == bc.rewards
+    assert (ppo.train.eval_env, ppo.train.final_suite, ppo.train.eval_seed_offset, ppo.train.final_eval_episodes) == (
+        bc.train.eval_env, bc.train.final_suite, bc.train.eval_seed_offset, bc.train.final_eval_episodes)
+    assert not ppo.bc.enabled and ppo.algo.ref == "base" and ppo.train.final_baselines == []
+
+
 def test_eval_env_cannot_change_the_world() -> None:
     with pytest.raises(TeamTRError, match="eval_env"):
         load_config("overcooked", ["train.eval_env={name: escape-room}"])

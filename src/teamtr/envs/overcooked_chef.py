@@ -264,6 +264,10 @@ class Kitchen:
         if h == "soup" or (h == "dish" and ok("serve_soup") and (coming or not cook_alone)):
             return "serve_soup"
         if h == "onion":
+            if other == "onion" and i == self.server and not self.reach(state, i, pots["room"]) and ok("drop"):
+                # Both chefs hold an onion and no pot has room: nobody has a hand free for a dish, so
+                # holding on (pot_onion, valid while a pot is busy) would wait forever. The server lets go.
+                return "drop"
             return next(t for t in ("pot_onion", "pass_onion", "drop", "wait") if ok(t))
         if h == "dish":
             return next(t for t in ("pass_dish", "drop", "wait") if ok(t))
