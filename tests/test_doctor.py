@@ -121,6 +121,19 @@ def test_repeated_or_invalid_directives_are_judged_on_recent_iterations() -> Non
     assert diagnose(invalid, CONFIG)[0].evidence["invalid_rate"] == pytest.approx(0.25)
 
 
+def test_directive_remedies_start_from_the_default_weights_and_fit_the_run() -> None:
+    """A reward weight the run's config leaves out is its default (invalid -0.5), so the suggestion has
+    numbers; a run without behaviour cloning is not told to weight its cloning by success."""
+    invalid = with_series(healthy(), "episode/invalid_rate", [0.4] * 40)
+    rl_alone = {**CONFIG, "rewards": {"weights": {"repeat": -1.0}}, "bc": {"enabled": False}}
+    changes = {c.key: c for c in diagnose(invalid, rl_alone)[0].changes}
+    assert changes["rewards.weights.invalid"] == ConfigChange("rewards.weights.invalid", "strengthen", -0.5, -1.0)
+    assert changes["rewards.weights.repeat"] == ConfigChange("rewards.weights.repeat", "strengthen", -1.0, -2.0)
+    assert "bc.success_weighted" not in changes
+    cloned = {**rl_alone, "bc": {"enabled": True}}
+    assert "bc.success_weighted" in {c.key for c in diagnose(invalid, cloned)[0].changes}
+
+
 def test_slow_training_projects_the_run_time() -> None:
     records = with_series(healthy(), "perf/decisions_per_s", [0.5] * 40)
     records = with_series(records, "perf/iteration_s", [360.0] * 40)

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from teamtr.rewards import DEFAULT_WEIGHTS
 from teamtr.rl import AlgoConfig
 from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
 
@@ -102,8 +103,11 @@ def _change(
     config: Mapping[str, Any] | None, key: str, direction: str, factor: float,
     low: float | None = None, high: float | None = None,
 ) -> ConfigChange:
-    """A change of ``key`` by ``factor`` within ``[low, high]``, from the config's current value if known."""
+    """A change of ``key`` by ``factor`` within ``[low, high]``, from the config's current value if known
+    (a reward weight the config does not set is its default, ``DEFAULT_WEIGHTS``)."""
     current = config_value(config, key)
+    if current is None and config is not None and key.startswith("rewards.weights."):
+        current = DEFAULT_WEIGHTS.get(key.rsplit(".", 1)[1])
     if not isinstance(current, (int, float)) or isinstance(current, bool):
         return ConfigChange(key, direction)
     if not math.isfinite(current) or (factor > 1 and abs(current) * factor > HUGE_WEIGHT and key.startswith("rewards.")):
@@ -290,7 +294,8 @@ def _directives(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
          "successful trajectories in the behaviour-cloning warm-up"),
         (_change(config, "rewards.weights.invalid", "strengthen", 2.0),
          _change(config, "rewards.weights.repeat", "strengthen", 2.0),
-         ConfigChange("bc.success_weighted", "enable")),
+         # replay of successes weights the cloning: only for a run that clones (bc.enabled unset: default on)
+         *([ConfigChange("bc.success_weighted", "enable")] if config_value(config, "bc.enabled") is not False else [])),
     )
 
 
