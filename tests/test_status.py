@@ -61,6 +61,19 @@ def test_running_cloning_and_done_runs(tmp_path):
     assert run_status(table)["phase"] == "end-of-run table"
 
 
+def test_a_curriculum_run_says_the_stage_its_last_iteration_trained_on(tmp_path):
+    run = _run(tmp_path / "c", iterations=30, seconds=[60.0, 60.0, 60.0])
+    (run / "config.yaml").write_text("env: {name: escape-room}\ntrain: {iterations: 30}\n"
+                                     "curriculum: {stages: [{env: {names: default}, success: 0.8}]}\n")
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    for line, stage in zip((x for x in lines if x["kind"] == "train"), (0, 0, 1)):
+        line["curriculum/stage"] = stage
+    (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert run_status(run)["phase"] == "iteration 3/30, stage 2/2"  # moved on to the task itself
+    plain = _run(tmp_path / "p", iterations=30, seconds=[60.0])
+    assert run_status(plain)["phase"] == "iteration 1/30"
+
+
 def test_the_command_lists_runs_below_a_folder_and_refuses_a_missing_one(tmp_path, capsys):
     _run(tmp_path / "sweep" / "seed_0", iterations=4, seconds=[60.0])
     _run(tmp_path / "sweep" / "seed_1", iterations=4, seconds=[60.0, 60.0, 60.0, 60.0], final={"trained": {"success": 1.0}})

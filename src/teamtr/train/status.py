@@ -1,6 +1,6 @@
 """Where each run stands: ``teamtr status [DIR ...]`` finds the run directories under the paths given
 (``runs/`` by default; a sweep's ``seed_N`` folders included) and says, per run, whether a trainer is
-in it now, how far it got (cloning step, iteration of how many, the end-of-run table), its latest
+in it now, how far it got (cloning step, iteration of how many and the curriculum stage, the end-of-run table), its latest
 sampled and held-out success, the final table's, the time spent and, by the median iteration, the
 time left. Read-only: it reads ``config.yaml``, ``metrics.jsonl`` and ``final_eval.json`` and probes
 the run's lock without taking it.
@@ -68,6 +68,10 @@ def run_status(run: Path) -> dict[str, Any]:
     else:
         # iterations finished of the total: "iteration 0/30" while the first one runs
         out["phase"] = f"iteration {done_it}/{total}" if isinstance(total, int) else "starting"
+        stages = config_value(config, "curriculum.stages")
+        trained_on = _last(records, "curriculum/stage", "train")
+        if stages and trained_on is not None:  # the curriculum stage the last iteration trained on (the task: last)
+            out["phase"] += f", stage {int(trained_on) + 1}/{len(stages) + 1}"
     if seconds and isinstance(total, int) and done_it < total and not final.is_file():
         out["seconds_left"] = statistics.median(seconds) * (total - done_it)
     return out
