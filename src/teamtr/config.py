@@ -229,6 +229,13 @@ class RewardsConfig(_Section):
         return RewardComposer(self.weights or None, schedule=schedule or None)
 
 
+def default_reward_weight(term: str) -> float | None:
+    """The weight a reward term has when ``rewards.weights`` leaves it out (None: no such term)."""
+    from teamtr.rewards.terms import DEFAULT_WEIGHTS
+
+    return DEFAULT_WEIGHTS.get(term)
+
+
 class RolloutConfig(_Section):
     episodes: int = Field(16, ge=1)  # episodes per iteration
     parallel: int = Field(16, ge=1)  # teams stepped as one batch (one scoring call per tick)

@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from teamtr.rewards import DEFAULT_WEIGHTS
+from teamtr.config import default_reward_weight
 from teamtr.rl import AlgoConfig
 from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
 
@@ -104,10 +104,10 @@ def _change(
     low: float | None = None, high: float | None = None,
 ) -> ConfigChange:
     """A change of ``key`` by ``factor`` within ``[low, high]``, from the config's current value if known
-    (a reward weight the config does not set is its default, ``DEFAULT_WEIGHTS``)."""
+    (a reward weight the config does not set is its default)."""
     current = config_value(config, key)
     if current is None and config is not None and key.startswith("rewards.weights."):
-        current = DEFAULT_WEIGHTS.get(key.rsplit(".", 1)[1])
+        current = default_reward_weight(key.rsplit(".", 1)[1])
     if not isinstance(current, (int, float)) or isinstance(current, bool):
         return ConfigChange(key, direction)
     if not math.isfinite(current) or (factor > 1 and abs(current) * factor > HUGE_WEIGHT and key.startswith("rewards.")):
