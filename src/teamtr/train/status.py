@@ -2,8 +2,8 @@
 (``runs/`` by default; a sweep's ``seed_N`` folders included) and says, per run, whether a trainer is
 in it now, how far it got (cloning step, iteration of how many and the curriculum stage, the end-of-run
 table), its latest sampled and held-out success, the final table's, the time spent and, by the median
-iteration, the time left. Read-only: it reads ``config.yaml``, ``metrics.jsonl`` and ``final_eval.json`` and probes
-the run's lock without taking it.
+iteration, the time left. Read-only: it reads ``config.yaml``, ``metrics.jsonl`` and ``final_eval.json``
+and probes the run's lock without taking it.
 """
 
 from __future__ import annotations
