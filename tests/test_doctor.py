@@ -242,3 +242,18 @@ def test_iterations_with_every_step_skipped_are_flagged() -> None:
     assert findings[0].evidence["iterations_all_skipped"] == 5
     records[-1]["optim/epochs_run"] = 0.5  # some steps were taken: not all skipped
     assert diagnose(records, CONFIG)[0].evidence["iterations_all_skipped"] == 4
+
+
+def test_a_curriculum_stage_that_begins_at_a_decayed_lr_is_flagged_unless_stages_restart() -> None:
+    def run(switch: int) -> list[dict[str, Any]]:  # one cosine over 40 iterations; stage 1 from `switch`
+        lrs = [3e-4 * 0.5 * (1 + math.cos(math.pi * i / 40)) for i in range(40)]
+        return [{**r, "optim/lr": lr, "curriculum/stage": int(i >= switch)}
+                for i, (r, lr) in enumerate(zip(healthy(), lrs))]
+    late = {f.code: f for f in diagnose(run(30), CONFIG)}
+    assert set(late) == {"late_curriculum_stage"}
+    finding = late["late_curriculum_stage"]
+    assert finding.evidence["iteration"] == 30 and finding.evidence["lr_over_peak"] == pytest.approx(0.1464, abs=1e-3)
+    assert "iter_000029" in " ".join(finding.remedies) and finding.config_keys == ("curriculum.schedule",)
+    assert codes(run(10)) == []  # the stage began at 85% of the peak
+    assert codes(run(30), {**CONFIG, "curriculum": {"schedule": "stage"}}) == []
+    assert codes([{k: v for k, v in r.items() if k != "curriculum/stage"} for r in run(30)]) == []

@@ -205,6 +205,30 @@ def test_curriculum_stage_in_metrics_transcripts_and_checkpoint(tmp_path):
     resumed.close()
 
 
+@pytest.mark.parametrize("schedule", ["run", "stage"])
+def test_curriculum_schedule_stage_restarts_the_lr_and_entropy_schedules(tmp_path, schedule):
+    import shutil
+    sets = ["curriculum.stages=[{env: {agents: 2, items: 2}, max_iterations: 2}]", f"curriculum.schedule={schedule}",
+            "train.iterations=5", "train.keep_checkpoints=5", "algo.warmup_updates=0", "algo.lr=0.001",
+            "algo.ent_coef_start=0.1", "algo.ent_coef_end=0.0"]
+    with Trainer(config(tmp_path, *sets)) as trainer:
+        trainer.run()
+    run = tmp_path / "run"
+    lines = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in lines if x["kind"] == "train"]
+    assert [x["curriculum/stage"] for x in train] == [0, 0, 1, 1, 1]
+    # stage: cosine over the stage's 2 iterations, then again over the 3 left; run: one cosine over 5
+    spans = [(0, 2), (1, 2), (0, 3), (1, 3), (2, 3)] if schedule == "stage" else [(i, 5) for i in range(5)]
+    assert [x["optim/lr"] for x in train] == pytest.approx([0.001 * warmup_cosine(i, 0, n) for i, n in spans])
+    assert [x["optim/ent_coef"] for x in train] == pytest.approx([0.1 * (1 - i / n) for i, n in spans])
+    for late in ("iter_000004", "iter_000005"):  # resume inside the last stage: its schedule comes back
+        shutil.rmtree(run / "checkpoints" / late)
+    with Trainer(config(tmp_path, *sets), resume=True) as resumed:
+        resumed.run()
+    again = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["optim/lr"] for x in again if x["kind"] == "train"] == [x["optim/lr"] for x in train]
+
+
 def test_curriculum_config_errors_name_the_stage(tmp_path):
     with pytest.raises(TeamTRError, match=r"curriculum.*stages.*0.*success.*max_iterations"):
         config(tmp_path, "curriculum.stages=[{env: {agents: 2}}]")

@@ -331,6 +331,11 @@ class CurriculumConfig(_Section):
     #: easier worlds (or simpler directive modes) trained on before ``env`` and ``team.directives``
     #: themselves (the seed's "curriculum learning"); evaluation always uses those. Empty: no curriculum.
     stages: list[CurriculumStage] = []
+    #: run: the LR warmup + cosine and the entropy decay span the whole run (``train.iterations``), so a
+    #: stage that begins late trains at a decayed LR; stage: they start again as each stage begins, over
+    #: its ``max_iterations`` (at most the iterations left), and over the iterations left for the
+    #: configured world after the last stage
+    schedule: Literal["run", "stage"] = "run"
 
 
 class LogConfig(_Section):

@@ -114,17 +114,34 @@ class Algorithm:
         self.kl = make_kl_controller(config.kl_control, config.kl_coef, config.target_kl,
                                      config.kl_horizon)
         self.updates_done = 0
+        #: the update at which the schedules (LR warmup + cosine, entropy decay) last (re)started, and
+        #: how many updates they span from there (None: ``config.total_updates``); ``restart_schedules``
+        self.schedule_origin = 0
+        self.schedule_span: int | None = None
         self.generator = torch.Generator().manual_seed(config.seed)
+
+    def restart_schedules(self, span: int) -> None:
+        """Run the LR warmup + cosine and the entropy decay again from the next update, over ``span``
+        updates (a curriculum with ``schedule: stage`` calls this as each stage begins)."""
+        if int(span) < 1:
+            raise RLInputError(f"restart_schedules(span={span!r}): the schedules must span at least one update.")
+        self.schedule_origin, self.schedule_span = self.updates_done, int(span)
+
+    def _schedule_position(self) -> tuple[int, int]:
+        """(updates since the schedules started, updates they span)."""
+        return self.updates_done - self.schedule_origin, self.schedule_span or self.config.total_updates
 
     @property
     def ent_coef(self) -> float:
         c = self.config
-        return linear_decay(self.updates_done, c.ent_coef_start, c.ent_coef_end, c.total_updates)
+        step, span = self._schedule_position()
+        return linear_decay(step, c.ent_coef_start, c.ent_coef_end, span)
 
     @property
     def lr_multiplier(self) -> float:
         c = self.config
-        return warmup_cosine(self.updates_done, c.warmup_updates, c.total_updates, c.min_lr_ratio)
+        step, span = self._schedule_position()
+        return warmup_cosine(step, c.warmup_updates, span, c.min_lr_ratio)
 
     def _prepare(self, rollout: Rollout) -> None:
         if rollout.advantages is None:
@@ -149,10 +166,15 @@ class Algorithm:
     def state_dict(self) -> dict[str, Any]:
         """A snapshot as a plain dict of tensors and numbers (update count, KL controller, RNG...)."""
         return {"updates_done": self.updates_done, "kl_controller": self.kl.state_dict(),
-                "generator": self.generator.get_state()}
+                "generator": self.generator.get_state(), "schedule_origin": self.schedule_origin,
+                "schedule_span": self.schedule_span}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.updates_done = int(state["updates_done"])
+        # checkpoints written before schedules could restart have neither key: one schedule for the run
+        self.schedule_origin = int(state.get("schedule_origin", 0))
+        span = state.get("schedule_span")
+        self.schedule_span = None if span is None else int(span)
         self.kl.load_state_dict(state["kl_controller"])
         self.generator.set_state(state["generator"])
 

@@ -21,6 +21,8 @@ Detectors (symptom: rule):
 - skipped updates: an iteration whose every update step was skipped (non-finite loss or gradient).
 - reward weights: a weight in the config that is NaN, infinite or above ``HUGE_WEIGHT`` in size
   (the doctor never suggests strengthening such a weight further).
+- a curriculum stage that began late in the schedule: its first iteration's LR was below
+  ``STAGE_LR_FRAC`` x the run's peak (one LR schedule over the run, ``curriculum.schedule: run``).
 """
 
 from __future__ import annotations
@@ -65,6 +67,8 @@ SLOW_ITERATION_DECISIONS_PER_S = 1.0  # decisions an iteration over its seconds,
 
 #: A reward weight this large (in size) swamps every other term and overflows the returns' scale.
 HUGE_WEIGHT = 1e3
+
+STAGE_LR_FRAC = 0.5
 
 
 @dataclass(frozen=True)
@@ -395,6 +399,29 @@ def _weights(records: list[dict[str, Any]], config: Mapping[str, Any] | None) ->
     )
 
 
+def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
+    """The first curriculum stage (after the first) whose first iteration trained at a decayed LR (not
+    with ``curriculum.schedule: stage``, whose stages start with their own warmup)."""
+    if config_value(config, "curriculum.schedule") == "stage":
+        return None
+    train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("optim/lr"), (int, float))]
+    peak, stage = 0.0, None
+    for r in train:
+        lr, now = float(r["optim/lr"]), r.get("curriculum/stage")
+        if stage is not None and now != stage and peak > 0 and lr < STAGE_LR_FRAC * peak:
+            return Finding(
+                "late_curriculum_stage", "a curriculum stage began at a decayed learning rate",
+                {"stage": float(now), "iteration": float(r["iteration"]), "lr": lr, "lr_over_peak": lr / peak},
+                ("one LR warmup + cosine spans the whole run (curriculum.schedule: run), so a stage that "
+                 "begins late gets what is left of it",),
+                ("start the schedules again at every stage (curriculum.schedule=stage)",
+                 "or continue from the checkpoint the stage began at as a new run (model.init=RUN/checkpoints/"
+                 f"iter_{int(r['iteration']) - 1:06d}), whose schedule spans its own iterations"),
+                (ConfigChange("curriculum.schedule", "set to stage"),))
+        peak, stage = max(peak, lr), now
+    return None
+
+
 def diagnose(
     source: str | Path | Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None
 ) -> list[Finding]:
@@ -416,7 +443,7 @@ def diagnose(
         if found is not None:
             findings.append(found)
     findings.extend(_kl_findings(records, config))
-    for detector in (_directives, _slow, _skipped, _weights):
+    for detector in (_directives, _slow, _skipped, _weights, _late_stage):
         found = detector(records, config)
         if found is not None:
             findings.append(found)

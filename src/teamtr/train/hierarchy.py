@@ -40,9 +40,10 @@ def levels_trained(training: str, iteration: int) -> tuple[str, ...]:
     return ("tactical",) if iteration % 2 else ("strategic",)
 
 
-def updates_per_level(config: Config) -> int:
-    """How many updates each level's schedules (LR warmup + cosine, entropy decay) span."""
-    n = max(1, config.train.iterations)
+def updates_per_level(config: Config, iterations: int | None = None) -> int:
+    """How many updates each level's schedules (LR warmup + cosine, entropy decay) span over
+    ``iterations`` (default: the run's ``train.iterations``)."""
+    n = max(1, config.train.iterations if iterations is None else iterations)
     h = config.team.hierarchy
     return math.ceil(n / 2) if h.enabled and h.training == "alternate" else n
 

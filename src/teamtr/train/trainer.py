@@ -250,6 +250,7 @@ class Trainer:
                                    self.coordinator.value_parameters(), self.algo_config)
         if self.hierarchy is not None:
             self.hierarchy.start(self.config.algo.name, self.algo_config)
+        self._restart_schedules(self.iteration)  # a resumed run then loads the schedules' own state
         if self.replay is not None:
             if not isinstance(self.algo, PPO):
                 raise TeamTRError(f"algo.replay_coef > 0 needs a PPO-family algo.name (ppo, pg, grpo, rloo), not "
@@ -522,11 +523,26 @@ class Trainer:
             line["replay/size"] = len(self.replay)
         if self.curriculum.stages:
             line["curriculum/stage"] = self.curriculum.stage  # the stage this iteration trained on
-            self.curriculum.record(ep["episode/success"])
+            if self.curriculum.record(ep["episode/success"]):
+                self._restart_schedules(it)
         self._log("train", it, line)
         self._write_transcripts(it, transcripts[: self.config.log.transcripts])
         self._check_skips(it, metrics)
         return line
+
+    def _restart_schedules(self, done: int) -> None:
+        """With ``curriculum.schedule: stage``, start the LR and entropy schedules again for the stage
+        training is in after ``done`` iterations: over its ``max_iterations``, at most the iterations left
+        (the configured world after the last stage: the iterations left)."""
+        cur = self.config.curriculum
+        if cur.schedule != "stage" or not cur.stages or self.algo is None:
+            return
+        left = max(1, self.config.train.iterations - done)
+        stage = None if self.curriculum.finished else self.curriculum.stages[self.curriculum.stage]
+        span = updates_per_level(self.config, min(left, stage.max_iterations or left) if stage else left)
+        for algo in (self.algo, None if self.hierarchy is None else self.hierarchy.algo):
+            if algo is not None:
+                algo.restart_schedules(span)
 
     def _check_skips(self, it: int, metrics: dict[str, float]) -> None:
         """Stop a run whose every update step was skipped ``SKIP_LIMIT`` iterations in a row."""
