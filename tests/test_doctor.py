@@ -254,6 +254,7 @@ def test_a_curriculum_stage_that_begins_at_a_decayed_lr_is_flagged_unless_stages
     finding = late["late_curriculum_stage"]
     assert finding.evidence["iteration"] == 30 and finding.evidence["lr_over_peak"] == pytest.approx(0.1464, abs=1e-3)
     assert "iter_000029" in " ".join(finding.remedies) and finding.config_keys == ("curriculum.schedule",)
+    assert "try: --set curriculum.schedule=stage" in format_findings([finding])
     assert codes(run(10)) == []  # the stage began at 85% of the peak
     assert codes(run(30), {**CONFIG, "curriculum": {"schedule": "stage"}}) == []
     assert codes([{k: v for k, v in r.items() if k != "curriculum/stage"} for r in run(30)]) == []

@@ -74,17 +74,22 @@ STAGE_LR_FRAC = 0.5
 @dataclass(frozen=True)
 class ConfigChange:
     """A config key to change: ``direction`` is ``lower`` or ``raise`` (or ``strengthen`` for a penalty
-    weight: more negative); ``current``/``suggested`` are numbers when the run's config has the key."""
+    weight: more negative); ``current``/``suggested`` are numbers when the run's config has the key, or
+    the names of a choice (``curriculum.schedule``: run -> stage)."""
 
     key: str
     direction: str
-    current: float | None = None
-    suggested: float | None = None
+    current: float | str | None = None
+    suggested: float | str | None = None
 
     def __str__(self) -> str:
         if self.current is None or self.suggested is None:
             return f"{self.key}: {self.direction}"
-        return f"{self.key}: {self.direction} {self.current:g} -> {self.suggested:g}"
+        return f"{self.key}: {self.direction} {_value(self.current)} -> {_value(self.suggested)}"
+
+
+def _value(v: float | str) -> str:
+    return v if isinstance(v, str) else f"{v:g}"
 
 
 @dataclass(frozen=True)
@@ -417,7 +422,8 @@ def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
                 ("start the schedules again at every stage (curriculum.schedule=stage)",
                  "or continue from the checkpoint the stage began at as a new run (model.init=RUN/checkpoints/"
                  f"iter_{int(r['iteration']) - 1:06d}), whose schedule spans its own iterations"),
-                (ConfigChange("curriculum.schedule", "set to stage"),))
+                (ConfigChange("curriculum.schedule", "set", config_value(config, "curriculum.schedule") or "run",
+                              "stage"),))
         peak, stage = max(peak, lr), now
     return None
 
@@ -465,7 +471,7 @@ def format_findings(findings: Sequence[Finding], iterations: int | None = None) 
             f"   remedies: {'; '.join(f.remedies)}",
             f"   config: {'; '.join(str(c) for c in f.changes)}",
         ]
-        flags = " ".join(f"--set {c.key}={c.suggested:g}" for c in f.changes if c.suggested is not None)
+        flags = " ".join(f"--set {c.key}={_value(c.suggested)}" for c in f.changes if c.suggested is not None)
         if flags:
             lines.append(f"   try: {flags}")
     return "\n".join(lines)
