@@ -258,3 +258,17 @@ def test_a_curriculum_stage_that_begins_at_a_decayed_lr_is_flagged_unless_stages
     assert codes(run(10)) == []  # the stage began at 85% of the peak
     assert codes(run(30), {**CONFIG, "curriculum": {"schedule": "stage"}}) == []
     assert codes([{k: v for k, v in r.items() if k != "curriculum/stage"} for r in run(30)]) == []
+
+
+def test_a_curriculum_is_judged_on_its_last_stage() -> None:
+    """Success 0.1 -> 0.7 on an easy stage, then ~0.25 for 20 iterations on the real task: unlabelled, that
+    reads as an early rise then a plateau; labelled, the last stage alone shows neither."""
+    rng = random.Random(0)
+    records = []
+    for i, r in enumerate(healthy()):
+        if i >= 20:
+            success = 0.25 + rng.gauss(0, 0.04)
+            r = {**r, "episode/success": success, "episode/return": 15 * success - 5 + rng.gauss(0, 0.3)}
+        records.append(r)
+    assert codes(records) == ["early_plateau"]
+    assert codes([{**r, "curriculum/stage": int(i >= 20)} for i, r in enumerate(records)]) == []

@@ -13,6 +13,8 @@ Detectors (symptom: rule):
 - early rise then plateau: success rose by >= ``PLATEAU_MIN_RISE``, 80% of the rise came in the
   first ``PLATEAU_EARLY_FRAC`` of the run, the second half added < ``PLATEAU_MAX_LATE_GAIN`` and the
   level is below ``PLATEAU_SOLVED``.
+  These two read a curriculum's last stage only: success falls when a stage ends because the task got
+  harder.
 - KL near 0: median KL(old||new) < ``KL_ZERO_FRAC`` x target_kl.
 - KL blow-up: KL(old||new) > ``KL_BLOWUP_FACTOR`` x target_kl in >= ``KL_BLOWUP_MIN_SHARE`` of iterations.
 - meaningless or repeated directives: over the last quarter, repeat rate >= ``REPEAT_RATE_MAX`` or
@@ -428,6 +430,15 @@ def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
     return None
 
 
+def _last_stage(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The records without the training iterations of a curriculum's earlier stages: training success
+    falls when a stage ends because the task got harder, which is neither a crash nor a plateau."""
+    stages = [r.get("curriculum/stage") for r in records if r.get("kind") == "train"]
+    if not stages or stages[-1] is None:
+        return records
+    return [r for r in records if r.get("kind") != "train" or r.get("curriculum/stage") == stages[-1]]
+
+
 def diagnose(
     source: str | Path | Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None
 ) -> list[Finding]:
@@ -444,8 +455,8 @@ def diagnose(
     else:
         records = [dict(r) for r in source]
     findings: list[Finding] = []
-    for detector in (_oscillation, _plateau):
-        found = detector(records, config)
+    for detector in (_oscillation, _plateau):  # a curriculum's earlier stages are other tasks
+        found = detector(_last_stage(records), config)
         if found is not None:
             findings.append(found)
     findings.extend(_kl_findings(records, config))
