@@ -2,6 +2,7 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -207,7 +208,6 @@ def test_curriculum_stage_in_metrics_transcripts_and_checkpoint(tmp_path):
 
 @pytest.mark.parametrize("schedule", ["run", "stage"])
 def test_curriculum_schedule_stage_restarts_the_lr_and_entropy_schedules(tmp_path, schedule):
-    import shutil
     sets = ["curriculum.stages=[{env: {agents: 2, items: 2}, max_iterations: 2}]", f"curriculum.schedule={schedule}",
             "train.iterations=5", "train.keep_checkpoints=5", "algo.warmup_updates=0", "algo.lr=0.001",
             "algo.ent_coef_start=0.1", "algo.ent_coef_end=0.0"]

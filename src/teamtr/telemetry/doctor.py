@@ -424,8 +424,7 @@ def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
                 ("start the schedules again at every stage (curriculum.schedule=stage)",
                  "or continue from the checkpoint the stage began at as a new run (model.init=RUN/checkpoints/"
                  f"iter_{int(r['iteration']) - 1:06d}), whose schedule spans its own iterations"),
-                (ConfigChange("curriculum.schedule", "set", config_value(config, "curriculum.schedule") or "run",
-                              "stage"),))
+                (ConfigChange("curriculum.schedule", "set", "run", "stage"),))
         peak, stage = max(peak, lr), now
     return None
 
