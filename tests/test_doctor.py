@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from pathlib import Path
@@ -272,3 +273,53 @@ def test_a_curriculum_is_judged_on_its_last_stage() -> None:
         records.append(r)
     assert codes(records) == ["early_plateau"]
     assert codes([{**r, "curriculum/stage": int(i >= 20)} for i, r in enumerate(records)]) == []
+
+
+CANDIDATES = ["product_manager: write the PRD", "architect: write the design", "engineer_1: implement the API module"]
+
+
+def episodes(n_states: int, design_p: float = 0.0, design_chosen: bool = False) -> list[dict[str, Any]]:
+    """Training transcripts in the trainer's format: 3 candidates a decision, the design step at
+    ``design_p`` (0.0: below the 6 decimals transcripts keep), never chosen unless ``design_chosen``."""
+    steps = [{"candidates": CANDIDATES, "probs": [0.4, design_p, 0.6 - design_p], "choice": 2 - (i % 2) * 2}
+             for i in range(n_states)]
+    if design_chosen:
+        steps[-1]["choice"] = 1
+    return [{"iteration": 1, "steps": steps[:n_states // 2]}, {"iteration": 2, "steps": steps[n_states // 2:]}]
+
+
+def stalled(n: int = 8) -> list[dict[str, Any]]:
+    """A run at success 0 with KL near the target and invalid directives kept rare (no other finding)."""
+    return [{**r, "episode/success": 0.0, "episode/return": -5.0} for r in healthy(n)]
+
+
+def test_a_directive_never_sampled_while_success_is_zero_is_flagged_with_the_temperature_to_raise(tmp_path: Path) -> None:
+    config = {**CONFIG, "policy": {"temperature": 0.1}, "bc": {"enabled": False}}
+    findings = diagnose(stalled(), config, transcripts=episodes(40))
+    assert [f.code for f in findings] == ["unexplored_directives"]
+    finding = findings[0]
+    assert finding.evidence["directives"] == 1 and finding.evidence["recent_success"] == 0.0
+    assert "'architect: write the design' (p < 1e-6 in 40 states)" in finding.causes[0]
+    assert finding.config_keys == ("policy.temperature", "bc.enabled")
+    assert "try: --set policy.temperature=1" in format_findings(findings)
+    # read from a run directory's transcripts.jsonl, as `teamtr doctor RUN` does
+    (tmp_path / "config.yaml").write_text("policy:\n  temperature: 0.5\n")
+    with RunLogger(tmp_path, tensorboard=False) as logger:
+        for record in stalled():
+            logger.log("train", record["iteration"], {k: v for k, v in record.items() if k not in ("kind", "iteration")})
+    (tmp_path / "transcripts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes(30, 2e-4)))
+    found = {f.code: f for f in diagnose(tmp_path)}
+    assert "(p <= 0.0002 in 30 states)" in found["unexplored_directives"].causes[0]
+    assert str(found["unexplored_directives"].changes[0]) == "policy.temperature: raise 0.5 -> 1"
+
+
+def test_unexplored_directives_need_a_failing_run_enough_states_and_no_sample() -> None:
+    config = {**CONFIG, "policy": {"temperature": 1.0}}
+    assert codes(stalled(), config) == []  # no transcripts
+    assert codes(healthy(), config) == []
+    assert [f.code for f in diagnose(healthy(), config, transcripts=episodes(40))] == []  # learned: success 0.95
+    assert [f.code for f in diagnose(stalled(), config, transcripts=episodes(19))] == []  # too few states
+    assert [f.code for f in diagnose(stalled(), config, transcripts=episodes(40, design_chosen=True))] == []
+    assert [f.code for f in diagnose(stalled(), config, transcripts=episodes(40, 1e-3))] == []  # reached the floor
+    finding = diagnose(stalled(), config, transcripts=episodes(40, 9e-4))[0]
+    assert str(finding.changes[0]) == "policy.temperature: raise" and len(finding.changes) == 1  # at 1 already; bc on

@@ -25,13 +25,18 @@ Detectors (symptom: rule):
   (the doctor never suggests strengthening such a weight further).
 - a curriculum stage that began late in the schedule: its first iteration's LR was below
   ``STAGE_LR_FRAC`` x the run's peak (one LR schedule over the run, ``curriculum.schedule: run``).
+- directives never tried: in the run's training transcripts (``transcripts.jsonl``), a candidate shown
+  in >= ``UNEXPLORED_MIN_STATES`` states was never chosen and its probability never reached
+  ``UNEXPLORED_PROB``, while recent sampled success is below ``UNEXPLORED_SOLVED`` (a policy that has
+  learned leaves wrong directives unsampled on purpose). If the task needs one of them, PPO cannot find
+  it: it only reinforces what it samples.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +44,7 @@ from typing import Any
 from teamtr.config import default_reward_weight
 from teamtr.rl import AlgoConfig
 from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
+from teamtr.telemetry.viewer import TRANSCRIPTS_FILE, read_episodes
 
 OSC_MIN_ITERATIONS = 8
 OSC_SMOOTH = 3  # centred mean window: damps the sampling noise of a few episodes per iteration
@@ -71,6 +77,11 @@ SLOW_ITERATION_DECISIONS_PER_S = 1.0  # decisions an iteration over its seconds,
 HUGE_WEIGHT = 1e3
 
 STAGE_LR_FRAC = 0.5
+
+UNEXPLORED_MIN_STATES = 20
+UNEXPLORED_PROB = 1e-3
+UNEXPLORED_SOLVED = 0.5
+UNEXPLORED_SHOWN = 3  # the directives named in the finding, lowest probability first
 
 
 @dataclass(frozen=True)
@@ -429,6 +440,69 @@ def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
     return None
 
 
+def unexplored_directives(episodes: Iterable[Mapping[str, Any]]) -> list[tuple[str, int, float]]:
+    """``(text, states shown, highest probability)`` of each candidate shown in at least
+    ``UNEXPLORED_MIN_STATES`` recorded decisions, never chosen, and never given ``UNEXPLORED_PROB``;
+    lowest probability first. Steps without ``probs`` (or with a list of another length) are skipped."""
+    shown: dict[str, int] = {}
+    top: dict[str, float] = {}
+    chosen: set[str] = set()
+    for episode in episodes:
+        for step in episode.get("steps", []):
+            candidates, probs = step.get("candidates"), step.get("probs")
+            if not isinstance(candidates, list) or not isinstance(probs, list) or len(probs) != len(candidates):
+                continue
+            choice = step.get("choice")
+            if isinstance(choice, int) and 0 <= choice < len(candidates):
+                chosen.add(str(candidates[choice]))
+            for text, p in zip(candidates, probs):
+                if isinstance(p, (int, float)) and math.isfinite(p):
+                    text = str(text)
+                    shown[text] = shown.get(text, 0) + 1
+                    top[text] = max(top.get(text, 0.0), float(p))
+    never = [(text, n, top[text]) for text, n in shown.items()
+             if n >= UNEXPLORED_MIN_STATES and text not in chosen and top[text] < UNEXPLORED_PROB]
+    return sorted(never, key=lambda row: (row[2], row[0]))
+
+
+def _at_most(p: float) -> str:
+    """A highest probability as words: transcripts round probabilities to 6 decimals."""
+    return "p < 1e-6" if p == 0 else f"p <= {p:.1g}"
+
+
+def _unexplored(records: list[dict[str, Any]], config: Mapping[str, Any] | None,
+                episodes: Iterable[Mapping[str, Any]]) -> Finding | None:
+    _, success = metric_series(records, "episode/success")
+    recent = statistics.fmean(success[-max(1, len(success) // 4):]) if success else None
+    if recent is not None and recent >= UNEXPLORED_SOLVED:
+        return None
+    never = unexplored_directives(episodes)
+    if not never:
+        return None
+    named = "; ".join(f"{text!r} ({_at_most(p)} in {n} states)" for text, n, p in never[:UNEXPLORED_SHOWN])
+    more = f" and {len(never) - UNEXPLORED_SHOWN} more" if len(never) > UNEXPLORED_SHOWN else ""
+    evidence = {"directives": float(len(never)), "lowest_max_prob": never[0][2], "limit": UNEXPLORED_PROB}
+    if recent is not None:
+        evidence["recent_success"] = recent
+    temperature = config_value(config, "policy.temperature")
+    changes = [_change(config, "policy.temperature", "raise", 10.0, high=1.0)
+               if isinstance(temperature, (int, float)) and temperature < 1.0
+               else ConfigChange("policy.temperature", "raise")]
+    if config_value(config, "bc.enabled") is False:
+        changes.append(ConfigChange("bc.enabled", "enable"))
+    return Finding(
+        "unexplored_directives", "directives the policy never tries", evidence,
+        (f"never sampled: {named}{more}",
+         "the base model scores them far below the others and a low policy.temperature multiplies the "
+         "gap (a gap of g nats a token becomes a factor exp(g / temperature)); PPO only reinforces what "
+         "it samples, so if the task needs one of them, success stays at 0"),
+        ("raise policy.temperature towards 1 (greedy evaluation does not depend on it)",
+         "warm up with behaviour cloning from the expert", "a curriculum stage where that directive is the "
+         "only way on"),
+        tuple(changes),
+    )
+
+
 def _last_stage(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records without the training iterations of a curriculum's earlier stages: training success
     falls when a stage ends because the task got harder, which is neither a crash nor a plateau."""
@@ -439,9 +513,11 @@ def _last_stage(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def diagnose(
-    source: str | Path | Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None
+    source: str | Path | Sequence[Mapping[str, Any]], config: Mapping[str, Any] | None = None,
+    transcripts: Iterable[Mapping[str, Any]] | None = None,
 ) -> list[Finding]:
-    """Findings for a run directory (its ``metrics.jsonl`` and ``config.yaml``) or a list of metric records.
+    """Findings for a run directory (its ``metrics.jsonl``, ``config.yaml`` and ``transcripts.jsonl``)
+    or a list of metric records (with ``transcripts``, training episodes as the trainer writes them).
 
     ``config`` (the resolved config tree) supplies ``algo.target_kl`` and the current values of the
     keys to change; for a run directory it defaults to the run's ``config.yaml``.
@@ -451,6 +527,8 @@ def diagnose(
         records = read_metrics(source)
         if config is None:
             config = read_config(source)
+        if transcripts is None:
+            transcripts = read_episodes(Path(source) / TRANSCRIPTS_FILE)
     else:
         records = [dict(r) for r in source]
     findings: list[Finding] = []
@@ -463,6 +541,9 @@ def diagnose(
         found = detector(records, config)
         if found is not None:
             findings.append(found)
+    found = _unexplored(records, config, transcripts if transcripts is not None else ())
+    if found is not None:
+        findings.append(found)
     return findings
 
 
