@@ -164,3 +164,65 @@ def test_report_orders_the_final_table_by_its_columns(tmp_path):
     heads = [h.split("</th>")[0] for h in html.split("<th>")[1:]]
     assert heads == ["policy", "success", "soups", "return", "events/soup"]
     assert "<td>heuristic</td><td>1.000</td><td>8.500</td><td>2.000</td>" in html
+
+
+def test_an_interrupted_final_table_resumes_at_the_next_policy(tmp_path, monkeypatch):
+    """A session's end in the middle of the end-of-run table: the policies already played are kept
+    (rows and episodes), the rest are played on the next call, and the table equals an uninterrupted
+    one; a partial table of another iteration is not trusted."""
+    import json
+
+    from teamtr import cli
+    from teamtr.config import load_config
+    from teamtr.train.trainer import Trainer
+
+    sets = ["model.backbone=tiny-random", "bc.enabled=false", "rollout.episodes=2", "rollout.parallel=2",
+            "train.iterations=1", "train.eval_every=0", "train.checkpoint_every=1", "algo.minibatch_size=8",
+            "algo.epochs=1", "log.tensorboard=false", "env.max_steps=4", "env.agents=2", "env.items=2",
+            "train.final_eval_episodes=3", "train.final_zero_shot_episodes=2", "algo.warmup_updates=0"]
+    whole = load_config(None, [*sets, f"run_dir={tmp_path / 'whole'}"])
+    with Trainer(whole) as trainer:
+        trainer.run()
+        want = cli.final_table(trainer, whole)
+    assert not (tmp_path / "whole" / cli.FINAL_PARTIAL).exists()
+
+    cut = load_config(None, [*sets, f"run_dir={tmp_path / 'cut'}"])
+    played: list[str] = []
+    ends = [True]  # the session ends once, during the third policy
+    real = cli.evaluate_table
+
+    def evaluate(env, suites, policies, seeds, **kw):
+        (name,) = policies
+        played.append(name)
+        if name == "random" and ends:
+            ends.clear()
+            raise RuntimeError("the session ended")
+        return real(env, suites, policies, seeds, **kw)
+
+    monkeypatch.setattr(cli, "evaluate_table", evaluate)
+    with Trainer(cut) as trainer:
+        trainer.run()
+        with pytest.raises(RuntimeError, match="session ended"):
+            cli.final_table(trainer, cut)
+    saved = json.loads((tmp_path / "cut" / cli.FINAL_PARTIAL).read_text())
+    assert played == ["trained", "zero-shot", "random"] and list(saved["done"]) == ["trained", "zero-shot"]
+    assert len(saved["done"]["trained"]["transcripts"]) == 3 and not (tmp_path / "cut" / "final_eval.json").exists()
+
+    played.clear()
+    with Trainer(cut, resume=True) as trainer:
+        trainer.run()  # nothing left to train
+        got = cli.final_table(trainer, cut)
+    assert played == ["random", "oracle"]  # trained and zero-shot were not played again
+    assert got == want and list(got) == list(want)
+    evals = [json.loads(x) for x in (tmp_path / "cut" / "eval_transcripts.jsonl").read_text().splitlines()]
+    assert [e["policy"] for e in evals] == ["trained"] * 3 + ["zero-shot"] * 2 + ["random"] * 3 + ["oracle"] * 3
+    assert not (tmp_path / "cut" / cli.FINAL_PARTIAL).exists()
+
+    # a partial table from another iteration (the run trained on since) is replayed in full
+    saved["key"]["iteration"] = 0
+    (tmp_path / "cut" / cli.FINAL_PARTIAL).write_text(json.dumps(saved))
+    played.clear()
+    with Trainer(cut, resume=True) as trainer:
+        trainer.run()
+        assert cli.final_table(trainer, cut) == want
+    assert played == ["trained", "zero-shot", "random", "oracle"]

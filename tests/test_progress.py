@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from teamtr.telemetry.progress import Progress, iteration_stats, say
-from teamtr.train.interrupt import uninterrupted
+from teamtr.train.interrupt import Terminated, terminate_as_interrupt, uninterrupted
 
 TINY = [
     "model.backbone=tiny-random", "rollout.episodes=4", "rollout.parallel=4", "train.iterations=1",
@@ -80,6 +80,52 @@ def test_uninterrupted_delivers_a_sigint_after_the_block() -> None:
             finished.append(True)  # the write in flight completes
     assert finished == [True]
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+
+
+def test_sigterm_is_deferred_then_raised_as_terminated() -> None:
+    before = signal.getsignal(signal.SIGTERM)
+    finished = []
+    with pytest.raises(Terminated):  # a KeyboardInterrupt: the trainer's Ctrl-C path handles it
+        with terminate_as_interrupt():
+            with uninterrupted():
+                os.kill(os.getpid(), signal.SIGTERM)
+                finished.append(True)  # the write in flight completes first
+    assert finished == [True] and issubclass(Terminated, KeyboardInterrupt)
+    assert signal.getsignal(signal.SIGTERM) is before  # the process's own handler is back
+
+
+def test_a_background_run_stops_on_sigterm_resumable(tmp_path: Path) -> None:
+    """`nohup teamtr train ... &` starts with SIGINT ignored; `kill PID` (SIGTERM) stops it as Ctrl-C
+    would: exit 143, the resume command printed, and `--resume` finishes the run."""
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    sets = [*TINY, "model.rl_layers=all", "train.iterations=50", f"run_dir={run}"]
+    argv = [sys.executable, "-m", "teamtr.cli", "train", *sum((["--set", s] for s in sets), [])]
+    ignore_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)  # noqa: E731 (as a shell's `&`)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=ignore_sigint, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    deadline = time.monotonic() + 300
+    while not (run / "checkpoints" / "iter_000002").is_dir():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)  # ignored, as in a background job
+    time.sleep(1.0)
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 143, err
+    assert "teamtr train --resume" in err and "terminated (SIGTERM)" in err
+    from teamtr.train.checkpoint import latest_checkpoint
+
+    stopped = int(latest_checkpoint(run).name.split("_")[1])
+    assert 2 <= stopped < 50
+    from teamtr.cli import main
+
+    assert main(["train", "--resume", str(run), "--set", f"train.iterations={stopped + 1}"]) == 0
+    assert latest_checkpoint(run).name == f"iter_{stopped + 1:06d}"
 
 
 def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> None:

@@ -243,22 +243,53 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     if "bc" in counts and config.train.final_bc_episodes is not None:
         counts["bc"] = min(n, config.train.final_bc_episodes)
     off = config.train.eval_seed_offset
+    run_dir = Path(config.run_dir)
+    # A table killed part-way (a session's end) resumes at the next policy: each finished policy's rows
+    # and episodes are kept in FINAL_PARTIAL, valid only for the same trained iteration and table.
+    key = json.loads(json.dumps({"iteration": trainer.iteration, "episodes": counts, "seed_offset": off,
+                                 "suites": table_suites, "policies": list(policies)}, default=str))
+    partial = _read_partial_table(run_dir / FINAL_PARTIAL, key)
     rows: dict[str, dict[str, float]] = {}
     transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer
     for name, policy in policies.items():
+        if name in partial:
+            print(f"final table: {name} rows kept from the interrupted table ({FINAL_PARTIAL})")
+            rows.update(partial[name]["rows"])
+            transcripts.extend(partial[name]["transcripts"])
+            continue
         if counts[name]:
-            rows.update(evaluate_table(env, table_suites, {name: policy},
-                                       list(range(off, off + counts[name])), rewards=trainer.rewards,
-                                       history_len=config.team.history_len, transcripts=transcripts,
-                                       make_agent=trainer.make_agent))
+            episodes: list[dict[str, Any]] = []
+            done = evaluate_table(env, table_suites, {name: policy}, list(range(off, off + counts[name])),
+                                  rewards=trainer.rewards, history_len=config.team.history_len,
+                                  transcripts=episodes, make_agent=trainer.make_agent)
+            rows.update(done)
+            transcripts.extend(episodes)
+            partial[name] = {"rows": done, "transcripts": episodes}
+            write_json(run_dir / FINAL_PARTIAL, {"key": key, "done": partial})
     shown = ", ".join(f"{k} {v}" for k, v in counts.items())
     print(f"\n{env}: held-out seeds from {off} ({shown} episodes)")
     columns = table_columns(env)
     print(format_table(rows, columns))
-    run_dir = Path(config.run_dir)
     atomic_write_text(run_dir / "eval_transcripts.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
     write_json(run_dir / "final_eval.json", {"episodes": counts, "columns": list(columns), "rows": rows})
+    (run_dir / FINAL_PARTIAL).unlink(missing_ok=True)
     return rows
+
+
+#: the end-of-run table's finished policies while it is being played (removed once final_eval.json is written)
+FINAL_PARTIAL = "final_eval.partial.json"
+
+
+def _read_partial_table(path: Path, key: dict[str, Any]) -> dict[str, Any]:
+    """The finished policies of an interrupted end-of-run table at ``path``, if it was played for the
+    same ``key`` (trained iteration, episodes, seeds, suites, policies); else nothing (it is replaced)."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(saved, dict) or saved.get("key") != key or not isinstance(saved.get("done"), dict):
+        return {}
+    return saved["done"]
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -536,12 +567,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from teamtr.train.interrupt import Terminated, terminate_as_interrupt
+
     args = build_parser().parse_args(argv)
     try:
-        return args.run(args)
+        with terminate_as_interrupt():  # `kill PID` stops a run as Ctrl-C does: resumable, with its hint
+            return args.run(args)
     except TeamTRError as err:
         print(f"teamtr: error: {err}", file=sys.stderr)
         return 2
+    except Terminated:
+        print("\nteamtr: terminated (SIGTERM).", file=sys.stderr)
+        return 143
     except KeyboardInterrupt:
         print("\nteamtr: interrupted.", file=sys.stderr)
         return 130

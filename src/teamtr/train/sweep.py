@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from teamtr.core import TeamTRError
+from teamtr.train.interrupt import Terminated
 
 
 def sweep_summary(runs: dict[int, Path]) -> dict[str, Any]:
@@ -118,8 +119,10 @@ def train_parallel(config: str, jobs: Sequence[tuple[str, Sequence[str], Path]],
                                                f"failed (exit {proc.returncode}; see {log})"), flush=True)
                     if proc.returncode != 0:
                         failed.append((name, log))
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
         for proc, _ in live.values():  # each child finishes its write in flight and keeps its run resumable
+            if isinstance(stop, Terminated):
+                proc.terminate()  # Ctrl-C reaches the children from the terminal; a `kill` of the sweep does not
             proc.wait()
         raise
     if failed:
