@@ -248,6 +248,22 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     # and episodes are kept in FINAL_PARTIAL, valid only for the same trained iteration and table.
     key = json.loads(json.dumps({"iteration": trainer.iteration, "episodes": counts, "seed_offset": off,
                                  "suites": table_suites, "policies": list(policies)}, default=str))
+    rows, transcripts = _play_final_table(trainer, config, policies, counts, table_suites, key)
+    shown = ", ".join(f"{k} {v}" for k, v in counts.items())
+    print(f"\n{env}: held-out seeds from {off} ({shown} episodes)")
+    columns = table_columns(env)
+    print(format_table(rows, columns))
+    atomic_write_text(run_dir / "eval_transcripts.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
+    write_json(run_dir / "final_eval.json", {"episodes": counts, "columns": list(columns), "rows": rows})
+    (run_dir / FINAL_PARTIAL).unlink(missing_ok=True)
+    return rows
+
+
+def _play_final_table(trainer: Any, config: Config, policies: dict[str, Any], counts: dict[str, int],
+                      table_suites: Any, key: dict[str, Any]) -> tuple[dict[str, dict[str, float]], list[Any]]:
+    """Each policy's rows and episodes of the end-of-run table, a policy at a time; a finished policy is
+    saved to FINAL_PARTIAL at once, and one already there for the same ``key`` is not played again."""
+    run_dir, off = Path(config.run_dir), config.train.eval_seed_offset
     partial = _read_partial_table(run_dir / FINAL_PARTIAL, key)
     rows: dict[str, dict[str, float]] = {}
     transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer
@@ -259,21 +275,15 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
             continue
         if counts[name]:
             episodes: list[dict[str, Any]] = []
-            done = evaluate_table(env, table_suites, {name: policy}, list(range(off, off + counts[name])),
-                                  rewards=trainer.rewards, history_len=config.team.history_len,
-                                  transcripts=episodes, make_agent=trainer.make_agent)
+            done = evaluate_table(config.env.name, table_suites, {name: policy},
+                                  list(range(off, off + counts[name])), rewards=trainer.rewards,
+                                  history_len=config.team.history_len, transcripts=episodes,
+                                  make_agent=trainer.make_agent)
             rows.update(done)
             transcripts.extend(episodes)
             partial[name] = {"rows": done, "transcripts": episodes}
             write_json(run_dir / FINAL_PARTIAL, {"key": key, "done": partial})
-    shown = ", ".join(f"{k} {v}" for k, v in counts.items())
-    print(f"\n{env}: held-out seeds from {off} ({shown} episodes)")
-    columns = table_columns(env)
-    print(format_table(rows, columns))
-    atomic_write_text(run_dir / "eval_transcripts.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
-    write_json(run_dir / "final_eval.json", {"episodes": counts, "columns": list(columns), "rows": rows})
-    (run_dir / FINAL_PARTIAL).unlink(missing_ok=True)
-    return rows
+    return rows, transcripts
 
 
 #: the end-of-run table's finished policies while it is being played (removed once final_eval.json is written)
