@@ -1,6 +1,7 @@
 """Fresh names: pool sizes, disjointness from the fixed vocabularies, per-episode draws."""
 
 import random
+from collections import Counter
 
 import pytest
 
@@ -90,3 +91,37 @@ def test_every_drawn_software_team_word_avoids_the_heldout_and_default_words():
         assert v["verbs"]["api"].split(" the ")[0] == v["verbs"]["ui"].split(" the ")[0]
         seen_roles.add(tuple(v["roles"].values()))
     assert len(seen_roles) == 300  # 300 seeds, 300 different teams
+
+
+def test_fresh_names_take_each_form_about_equally_often():
+    """Each form of name is drawn about as often as any other, so the held-out names' forms (one word:
+    "gem", "crypt"; one letter: "agent_P") are common in training, not 0-2% of draws as when every name
+    of a pool was equally likely (two-word names outnumber one-word ones 40 to 1)."""
+    from teamtr.envs import make
+
+    counts: dict[str, Counter] = {"agents": Counter(), "items": Counter(), "zones": Counter()}
+    world = make("escape-room", names="fresh")
+    for seed in range(400):
+        world.reset(seed)
+        for name in world.agents:
+            suffix = name.removeprefix("agent_")
+            counts["agents"][(sum(c.isalpha() for c in suffix), suffix[-1].isdigit())] += 1
+        for kind in ("items", "zones"):
+            for name in getattr(world, kind):
+                counts[kind][len(name.split())] += 1
+    for kind, forms in (("agents", 4), ("items", 2), ("zones", 2)):
+        shares = [n / sum(counts[kind].values()) for n in counts[kind].values()]
+        assert len(shares) == forms and all(abs(x - 1 / forms) < 0.05 for x in shares), (kind, counts[kind])
+    roles = Counter(len(name.split("_")) for seed in range(300)
+                    for name in software_team.fresh_vocabulary(seed)["roles"].values())
+    assert abs(roles[1] / sum(roles.values()) - 0.5) < 0.06, roles  # "tester" and "tech_lead" alike
+
+
+def test_a_name_pool_checks_its_forms():
+    pool = vocab.NamePool((("a",), ("b", "c")))
+    assert len(pool) == 3 and list(pool) == ["a", "b", "c"]
+    rng = random.Random(0)
+    picks = [pool.pick(rng) for _ in range(3000)]
+    assert abs(picks.count("a") / 3000 - 0.5) < 0.04  # the one-name form is half of all draws
+    with pytest.raises(TeamTRError, match="at least one name"):
+        vocab.NamePool((("a",), ()))

@@ -37,8 +37,8 @@ VOCAB = {
 _FORBIDDEN = vocab.forbidden_words(*([n for names in VOCAB[v].values() for n in names] for v in ("default", "heldout")))
 FRESH = {  # names: fresh draws each episode's names from these (see envs/vocabulary.py)
     "agents": vocab.agent_pool(_FORBIDDEN),
-    "items": vocab.combine([vocab.ITEM_ADJECTIVES, vocab.ITEM_NOUNS], _FORBIDDEN),
-    "zones": vocab.combine([vocab.ZONE_ADJECTIVES, vocab.ZONE_NOUNS], _FORBIDDEN),
+    "items": vocab.one_or_two_words(vocab.ITEM_ADJECTIVES, vocab.ITEM_NOUNS, _FORBIDDEN),
+    "zones": vocab.one_or_two_words(vocab.ZONE_ADJECTIVES, vocab.ZONE_NOUNS, _FORBIDDEN),
 }
 NAMES = (*VOCAB, "fresh")
 Pos = tuple[str, int]  # (zone, depth 1..DEPTH) or ("hall", 0)

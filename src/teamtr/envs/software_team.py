@@ -77,7 +77,7 @@ def _texts(v: dict[str, dict[str, str]]) -> list[str]:
 
 _FORBIDDEN = vocab.forbidden_words(_texts(VOCAB["default"]), _texts(VOCAB["heldout"]))
 FRESH = {  # names: fresh draws each episode's words from these (see envs/vocabulary.py)
-    "roles": {skill: vocab.combine([vocab.ROLE_QUALIFIERS, nouns], _FORBIDDEN, joiner="_")
+    "roles": {skill: vocab.one_or_two_words([q for q in vocab.ROLE_QUALIFIERS if q], nouns, _FORBIDDEN, joiner="_")
               for skill, nouns in vocab.ROLE_NOUNS.items()},
     "names": {key: vocab.combine([names], _FORBIDDEN) for key, names in vocab.WORK_NAMES.items()},
     "verbs": {key: vocab.combine([verbs], _FORBIDDEN) for key, verbs in vocab.WORK_VERBS.items()},

@@ -4,12 +4,14 @@ A coordinator trained on one fixed vocabulary learns the names instead of the ru
 PPO-only coordinator: 1.000 on its training names, 0.080 on held-out ones). A world's ``names: fresh``
 draws every episode's names from these pools, so the only thing that repeats is the rule.
 
-Pools are built combinatorially (``"brass compass"``, ``"north parlor"``, ``"agent_KX7"``) and
-filtered against the worlds' fixed vocabularies: no pooled name shares a word with the held-out test
-vocabulary or the default one (except words both use as fixed scaffolding, such as ``agent``), so
-the held-out setting stays unseen and the default setting stays fixed. ``draw`` takes names for one
-episode: distinct, none a prefix of another (scripted actions such as ``pick X`` are matched on
-names, and a reader should not take one name for the start of another).
+Pools are built combinatorially (``"compass"``, ``"brass compass"``, ``"north parlor"``, ``"agent_G"``,
+``"agent_KX7"``) and grouped by form (``NamePool``): a draw picks the form first, so a one-word item or a
+one-letter agent, the held-out names' forms, is as common in training as a two-word one, though the
+two-word forms hold 40x as many names. They are filtered against the worlds' fixed vocabularies: no
+pooled name shares a word with the held-out test vocabulary or the default one (except words both use
+as fixed scaffolding, such as ``agent``), so the held-out setting stays unseen and the default setting
+stays fixed. ``draw`` takes names for one episode: distinct, none a prefix of another (scripted actions
+such as ``pick X`` are matched on names, and a reader should not take one name for the start of another).
 """
 
 from __future__ import annotations
@@ -17,7 +19,8 @@ from __future__ import annotations
 import itertools
 import random
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
 
 from teamtr.core import TeamTRError
 
@@ -108,28 +111,61 @@ def combine(parts: Sequence[Sequence[str]], forbidden: frozenset[str], joiner: s
     return tuple(dict.fromkeys(out))
 
 
-def agent_pool(forbidden: frozenset[str]) -> tuple[str, ...]:
+@dataclass(frozen=True)
+class NamePool:
+    """Names grouped by form (one word or two; ``agent_`` + one letter or two, with a digit or
+    without). ``pick`` draws a form uniformly, then a name of that form: each form is as common as any
+    other however many names it holds. Drawing uniformly from all names instead made the forms of the
+    held-out names rare or absent in training (one-word items and rooms: never; ``agent_P``: 0.6% of
+    agents), so a test on them measured a change of form as well as of names."""
+
+    forms: tuple[tuple[str, ...], ...]
+
+    def __post_init__(self) -> None:
+        if not self.forms or not all(self.forms):
+            raise TeamTRError("a NamePool needs at least one form, and every form at least one name.")
+
+    def __len__(self) -> int:
+        return sum(len(form) for form in self.forms)
+
+    def __iter__(self) -> Iterator[str]:
+        return itertools.chain.from_iterable(self.forms)
+
+    def pick(self, rng: random.Random) -> str:
+        form = self.forms[rng.randrange(len(self.forms))]
+        return form[rng.randrange(len(form))]
+
+
+def one_or_two_words(modifiers: Sequence[str], nouns: Sequence[str], forbidden: frozenset[str],
+                     joiner: str = " ") -> NamePool:
+    """``noun`` and ``modifier noun`` as two forms (``combine`` filters each)."""
+    return NamePool((combine([nouns], forbidden), combine([modifiers, nouns], forbidden, joiner=joiner)))
+
+
+def agent_pool(forbidden: frozenset[str]) -> NamePool:
     """``agent_`` + 1-2 capital letters + an optional digit, using only letters no fixed vocabulary
-    uses as an agent suffix (so ``agent_PQ`` cannot echo the held-out ``agent_P``): ~2,300 names."""
+    uses as an agent suffix (so ``agent_PQ`` cannot echo the held-out ``agent_P``): ~2,300 names in
+    four forms (``agent_G``, ``agent_GK``, ``agent_G7``, ``agent_GK7``)."""
     letters = [c for c in "ABCDEFGHIJKLMNOPQRSTUVWXYZ" if c.lower() not in forbidden]
-    suffixes = [*letters, *(a + b for a in letters for b in letters)]
-    suffixes += [s + d for s in suffixes for d in "0123456789"]
-    return combine([[AGENT_PREFIX], suffixes], forbidden, joiner="")
+    one, two = letters, [a + b for a in letters for b in letters]
+    forms = (one, two, [x + d for x in one for d in "0123456789"], [x + d for x in two for d in "0123456789"])
+    return NamePool(tuple(combine([[AGENT_PREFIX], suffixes], forbidden, joiner="") for suffixes in forms))
 
 
 def _clashes(name: str, taken: Iterable[str]) -> bool:
     return any(name == t or name.startswith(t) or t.startswith(name) for t in taken)
 
 
-def draw(rng: random.Random, pool: Sequence[str], k: int, taken: list[str] | None = None) -> list[str]:
-    """``k`` names from ``pool``, distinct and none a prefix of another or of a name in ``taken``
-    (which grows by the names drawn, so several draws of one episode stay apart)."""
+def draw(rng: random.Random, pool: NamePool | Sequence[str], k: int, taken: list[str] | None = None) -> list[str]:
+    """``k`` names from ``pool`` (a ``NamePool``: each a form first; else uniformly), distinct and none
+    a prefix of another or of a name in ``taken`` (which grows by the names drawn, so several draws of
+    one episode stay apart)."""
     taken = [] if taken is None else taken
     out: list[str] = []
     for _ in range(100 * k + 1000):
         if len(out) == k:
             return out
-        name = pool[rng.randrange(len(pool))]
+        name = pool.pick(rng) if isinstance(pool, NamePool) else pool[rng.randrange(len(pool))]
         if not _clashes(name, taken):
             out.append(name)
             taken.append(name)
