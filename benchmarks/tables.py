@@ -320,6 +320,9 @@ def expand(patterns: str) -> list[str]:
     """Space-separated paths or globs relative to the repository, sorted per glob."""
     files: list[str] = []
     for pattern in patterns.split():
+        if Path(pattern).is_absolute() and not Path(pattern).resolve().is_relative_to(ROOT):
+            raise SystemExit(f"tables.py: {pattern} is outside the repository ({ROOT}); the tables read results "
+                             "the README can point to: copy it under results/ and give that path.")
         matched = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(str(ROOT / pattern)))
         if not matched:
             raise SystemExit(f"tables.py: {pattern!r} matches no file under {ROOT}; run the command that writes it.")

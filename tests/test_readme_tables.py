@@ -130,3 +130,13 @@ def test_layouts_table_puts_a_row_per_layout_and_a_column_per_policy(tmp_path: P
                        {"trained": 1.0})
     with pytest.raises(SystemExit, match="names no layout"):
         tables.layouts([flat])
+
+
+def test_a_file_outside_the_repository_is_refused_with_what_to_do(tmp_path: Path) -> None:
+    """A path outside the repository used to end in a ValueError traceback from ``relative_to``."""
+    tables = _tables()
+    outside = tmp_path / "sweep.json"
+    outside.write_text("{}")
+    with pytest.raises(SystemExit, match="outside the repository.*copy it under results/"):
+        tables.expand(str(outside))
+    assert tables.expand("results/escape_room/sweep_ppo.json") == ["results/escape_room/sweep_ppo.json"]
