@@ -320,7 +320,7 @@ def expand(patterns: str) -> list[str]:
     """Space-separated paths or globs relative to the repository, sorted per glob."""
     files: list[str] = []
     for pattern in patterns.split():
-        if Path(pattern).is_absolute() and not Path(pattern).resolve().is_relative_to(ROOT):
+        if not (ROOT / pattern).resolve().is_relative_to(ROOT):  # an absolute path, or one through ..
             raise SystemExit(f"tables.py: {pattern} is outside the repository ({ROOT}); the tables read results "
                              "the README can point to: copy it under results/ and give that path.")
         matched = sorted(str(Path(p).relative_to(ROOT)) for p in glob.glob(str(ROOT / pattern)))

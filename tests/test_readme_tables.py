@@ -139,4 +139,6 @@ def test_a_file_outside_the_repository_is_refused_with_what_to_do(tmp_path: Path
     outside.write_text("{}")
     with pytest.raises(SystemExit, match="outside the repository.*copy it under results/"):
         tables.expand(str(outside))
+    with pytest.raises(SystemExit, match="outside the repository"):
+        tables.expand("../outside.json")
     assert tables.expand("results/escape_room/sweep_ppo.json") == ["results/escape_room/sweep_ppo.json"]
