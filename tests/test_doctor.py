@@ -258,6 +258,12 @@ def test_a_curriculum_stage_that_begins_at_a_decayed_lr_is_flagged_unless_stages
     assert "try: --set curriculum.schedule=stage" in format_findings([finding])
     assert codes(run(10)) == []  # the stage began at 85% of the peak
     assert codes(run(30), {**CONFIG, "curriculum": {"schedule": "stage"}}) == []
+    # a first stage with its own, larger lr: the drop at the switch is the configured one, not the schedule's
+    chosen = [{**r, "optim/lr": r["optim/lr"] * (4 if r["curriculum/stage"] == 0 else 1)} for r in run(10)]
+    staged = {**CONFIG, "algo": {**CONFIG.get("algo", {}), "lr": 3e-4},
+              "curriculum": {"schedule": "run", "stages": [{"lr": 1.2e-3}]}}
+    assert codes(chosen, staged) == []
+    assert codes(chosen) == ["late_curriculum_stage"]  # without the stage's lr the same curve is a decayed start
     assert codes([{k: v for k, v in r.items() if k != "curriculum/stage"} for r in run(30)]) == []
 
 

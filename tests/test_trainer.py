@@ -229,6 +229,36 @@ def test_curriculum_schedule_stage_restarts_the_lr_and_entropy_schedules(tmp_pat
     assert [x["optim/lr"] for x in again if x["kind"] == "train"] == [x["optim/lr"] for x in train]
 
 
+def test_a_stage_lr_sets_the_policy_lr_in_that_stage_and_algo_lr_after_it(tmp_path):
+    sets = ["curriculum.stages=[{env: {agents: 2, items: 2}, max_iterations: 2, lr: 0.004}]",
+            "curriculum.schedule=stage", "train.iterations=4", "train.keep_checkpoints=4", "algo.warmup_updates=0",
+            "algo.lr=0.001", "algo.min_lr_ratio=1.0", "algo.value_lr=0.0005"]
+    with Trainer(config(tmp_path, *sets)) as trainer:
+        algo = trainer.algo
+        value = [g for g in algo.optimizer.param_groups if not g["policy"]]
+        assert algo.stage_lr_scale == pytest.approx(4.0) and len(value) == 1
+        trainer.run()
+        policy = [g for g in algo.optimizer.param_groups if g["policy"]]
+        scales = [g["lr_scale"] for g in trainer.coordinator.policy_param_groups()]
+        # after the stage: algo.lr again on the policy, and the value head never scaled
+        assert [g["lr"] for g in policy] == pytest.approx([0.001 * s for s in scales])
+        assert value[0]["lr"] == pytest.approx(0.0005) and algo.stage_lr_scale == 1.0
+    run = tmp_path / "run"
+    train = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    train = [x for x in train if x["kind"] == "train"]
+    assert [x["curriculum/stage"] for x in train] == [0, 0, 1, 1]
+    assert [x["optim/lr"] for x in train] == pytest.approx([0.004, 0.004, 0.001, 0.001])
+    for late in ("iter_000002", "iter_000003", "iter_000004"):  # resume inside the stage: its LR comes back
+        shutil.rmtree(run / "checkpoints" / late)
+    with Trainer(config(tmp_path, *sets), resume=True) as resumed:
+        assert resumed.curriculum.stage == 0 and resumed.algo.stage_lr_scale == pytest.approx(4.0)
+        resumed.run()
+    again = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [x["optim/lr"] for x in again if x["kind"] == "train"] == pytest.approx([0.004, 0.004, 0.001, 0.001])
+    with pytest.raises(TeamTRError, match=r"curriculum.stages\[0\].lr.*trpo.*max_kl"):
+        config(tmp_path, *sets, "algo.name=trpo")
+
+
 def test_curriculum_config_errors_name_the_stage(tmp_path):
     with pytest.raises(TeamTRError, match=r"curriculum.*stages.*0.*success.*max_iterations"):
         config(tmp_path, "curriculum.stages=[{env: {agents: 2}}]")

@@ -316,6 +316,10 @@ class CurriculumStage(_Section):
     success: float | None = Field(None, gt=0, le=1)  # move on once training success, averaged over
     window: int = Field(2, ge=1)  # ... the last `window` iterations of this stage, reaches `success`
     max_iterations: int | None = Field(None, ge=1)  # move on after this many iterations at the latest
+    #: the policy's learning rate while training in this stage (None: algo.lr), under the same warmup and
+    #: cosine (algo.min_lr_ratio); the value head keeps algo.value_lr. E.g. a larger step in an easy first
+    #: stage and algo.lr, smaller, in the configured world
+    lr: float | None = Field(None, gt=0, le=1)
 
     @model_validator(mode="after")
     def _ends(self) -> "CurriculumStage":
@@ -472,6 +476,14 @@ def _check_micro_batches(config: Config) -> None:
                           "remove it (lower algo.minibatch_size to save memory there).")
 
 
+def _check_stage_lr(config: Config) -> None:
+    """A stage's ``lr`` scales the policy's optimiser step; TRPO takes no such step (its size is algo.max_kl)."""
+    staged = [i for i, s in enumerate(config.curriculum.stages) if s.lr is not None]
+    if staged and config.algo.name == "trpo":
+        raise TeamTRError(f"Bad config: curriculum.stages[{staged[0]}].lr sets a learning rate, but algo.name=trpo "
+                          "sizes its policy step by algo.max_kl, not a learning rate: remove the stage's lr.")
+
+
 def _check_hierarchy(config: Config) -> None:
     """The settings ``team.hierarchy.enabled`` runs with (each refusal names the key and the fix)."""
     if not config.team.hierarchy.enabled:
@@ -518,6 +530,7 @@ def validate(tree: dict[str, Any]) -> Config:
     _check_groups(config)
     _check_modes(config)
     _check_micro_batches(config)
+    _check_stage_lr(config)
     _check_hierarchy(config)
     _check_dagger(config)
     # Validate the algorithm's own keys now, not at the first update.

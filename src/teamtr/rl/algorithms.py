@@ -118,6 +118,9 @@ class Algorithm:
         #: how many updates they span from there (None: ``config.total_updates``); ``restart_schedules``
         self.schedule_origin = 0
         self.schedule_span: int | None = None
+        #: the policy's LR over ``config.lr`` (a curriculum stage's own ``lr``; the trainer sets it as each
+        #: stage begins, and on resume from the stage the checkpoint is in); the value head's LR keeps 1
+        self.stage_lr_scale = 1.0
         self.generator = torch.Generator().manual_seed(config.seed)
 
     def restart_schedules(self, span: int) -> None:
@@ -179,6 +182,13 @@ class Algorithm:
         self.generator.set_state(state["generator"])
 
 
+def set_learning_rates(optimizer: torch.optim.Optimizer, mult: float, policy_scale: float = 1.0) -> None:
+    """Each group's LR for this update: its base LR x the schedule's ``mult``, and the policy's groups
+    (``"policy": True``) x ``policy_scale`` as well (a curriculum stage's own LR)."""
+    for g in optimizer.param_groups:
+        g["lr"] = g["base_lr"] * mult * (policy_scale if g.get("policy", True) else 1.0)
+
+
 def run_epochs(epochs: int, minibatches: Callable[[], list[Any]],
                run_epoch: Callable[[list[Any]], EpochLog]) -> dict[str, float]:
     """Up to ``epochs`` passes (fresh minibatches each), stopping after an epoch that hit the KL limit;
@@ -212,10 +222,10 @@ class PPO(Algorithm):
                  config: AlgoConfig) -> None:
         super().__init__(policy_params, value_params, config)
         groups = [{"params": g["params"], "lr": config.lr * g["lr_scale"],
-                   "base_lr": config.lr * g["lr_scale"]} for g in self.groups]
+                   "base_lr": config.lr * g["lr_scale"], "policy": True} for g in self.groups]
         if self.value_tensors:
             groups.append({"params": self.value_tensors, "lr": config.value_lr,
-                           "base_lr": config.value_lr})
+                           "base_lr": config.value_lr, "policy": False})
         self.optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
 
     def update(self, evaluate: Evaluate, rollout: Rollout) -> dict[str, float]:
@@ -224,13 +234,13 @@ class PPO(Algorithm):
         self._prepare(rollout)
         mult, ent_coef = self.lr_multiplier, self.ent_coef
         kl_coef = self.kl.value if self.clip else 0.0
-        for g in self.optimizer.param_groups:
-            g["lr"] = g["base_lr"] * mult
+        set_learning_rates(self.optimizer, mult, self.stage_lr_scale)
         kl_limit = (c.early_stop_factor * c.target_kl if self.clip and c.early_stop_factor is not None
                     else math.inf)
         metrics = run_epochs(c.epochs, lambda: list(rollout.minibatches(c.minibatch_size, self.generator)),
                              lambda batches: self._epoch(evaluate, batches, ent_coef, kl_coef, kl_limit))
-        metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
+        metrics.update({"optim/lr": c.lr * mult * self.stage_lr_scale, "optim/ent_coef": ent_coef,
+                        "optim/kl_coef": kl_coef})
         if self.clip and math.isfinite(metrics["policy/kl_ref_new"]):
             self.kl.update(metrics["policy/kl_ref_new"], len(rollout))
         self.updates_done += 1

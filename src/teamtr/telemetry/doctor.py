@@ -417,6 +417,15 @@ def _weights(records: list[dict[str, Any]], config: Mapping[str, Any] | None) ->
     )
 
 
+def _stage_lr_scale(config: Mapping[str, Any] | None, stage: Any) -> float:
+    """A curriculum stage's ``lr`` over ``algo.lr`` (1 for the configured world or a stage without one)."""
+    stages, base = config_value(config, "curriculum.stages"), config_value(config, "algo.lr")
+    if not isinstance(stage, int) or not isinstance(stages, list) or not 0 <= stage < len(stages):
+        return 1.0
+    lr = stages[stage].get("lr") if isinstance(stages[stage], Mapping) else None
+    return float(lr) / float(base) if isinstance(lr, (int, float)) and isinstance(base, (int, float)) and base > 0 else 1.0
+
+
 def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None) -> Finding | None:
     """The first curriculum stage (after the first) whose first iteration trained at a decayed LR (not
     with ``curriculum.schedule: stage``, whose stages start with their own warmup)."""
@@ -425,7 +434,8 @@ def _late_stage(records: list[dict[str, Any]], config: Mapping[str, Any] | None)
     train = [r for r in records if r.get("kind") == "train" and isinstance(r.get("optim/lr"), (int, float))]
     peak, stage = 0.0, None
     for r in train:
-        lr, now = float(r["optim/lr"]), r.get("curriculum/stage")
+        # a stage's own lr (curriculum.stages[i].lr) is chosen, not decayed: compare the schedule's part alone
+        lr, now = float(r["optim/lr"]) / _stage_lr_scale(config, r.get("curriculum/stage")), r.get("curriculum/stage")
         if stage is not None and now != stage and peak > 0 and lr < STAGE_LR_FRAC * peak:
             return Finding(
                 "late_curriculum_stage", "a curriculum stage began at a decayed learning rate",

@@ -251,6 +251,7 @@ class Trainer:
         if self.hierarchy is not None:
             self.hierarchy.start(self.config.algo.name, self.algo_config)
         self._restart_schedules(self.iteration)  # a resumed run then loads the schedules' own state
+        self._apply_stage_lr()
         if self.replay is not None:
             if not isinstance(self.algo, PPO):
                 raise TeamTRError(f"algo.replay_coef > 0 needs a PPO-family algo.name (ppo, pg, grpo, rloo), not "
@@ -525,6 +526,7 @@ class Trainer:
             line["curriculum/stage"] = self.curriculum.stage  # the stage this iteration trained on
             if self.curriculum.record(ep["episode/success"]):
                 self._restart_schedules(it)
+                self._apply_stage_lr()
         self._log("train", it, line)
         self._write_transcripts(it, transcripts[: self.config.log.transcripts])
         self._check_skips(it, metrics)
@@ -543,6 +545,15 @@ class Trainer:
         for algo in (self.algo, None if self.hierarchy is None else self.hierarchy.algo):
             if algo is not None:
                 algo.restart_schedules(span)
+
+    def _apply_stage_lr(self) -> None:
+        """The policy's LR of the stage training is in: its ``lr`` (the configured world, or a stage
+        without one: ``algo.lr``), as a scale on every algorithm's policy LR."""
+        stage = None if self.curriculum.finished else self.curriculum.stages[self.curriculum.stage]
+        scale = stage.lr / self.config.algo.lr if stage is not None and stage.lr is not None else 1.0
+        for algo in (self.algo, None if self.hierarchy is None else self.hierarchy.algo):
+            if algo is not None:
+                algo.stage_lr_scale = scale
 
     def _check_skips(self, it: int, metrics: dict[str, float]) -> None:
         """Stop a run whose every update step was skipped ``SKIP_LIMIT`` iterations in a row."""

@@ -23,7 +23,7 @@ from teamtr.policy.coordinator import Coordinator
 from teamtr.policy.decoding import GrammarDecision
 from teamtr.policy.whole_team import act_whole_team, dense, score_whole_team
 from teamtr.rl import PPO, Rollout
-from teamtr.rl.algorithms import EpochLog, run_epochs, step_row
+from teamtr.rl.algorithms import EpochLog, run_epochs, set_learning_rates, step_row
 from teamtr.rl.losses import clipped_value_loss, token_policy_terms
 from teamtr.rl.rollout import Minibatch
 from teamtr.team import TeamState
@@ -164,12 +164,12 @@ def token_update(algo: PPO, actor: TokenActor, rollout: Rollout, token_level: bo
     algo._prepare(rollout)
     actor.begin_update()
     mult, ent_coef, kl_coef = algo.lr_multiplier, algo.ent_coef, algo.kl.value
-    for g in algo.optimizer.param_groups:
-        g["lr"] = g["base_lr"] * mult
+    set_learning_rates(algo.optimizer, mult, algo.stage_lr_scale)
     limit = c.early_stop_factor * c.target_kl if c.early_stop_factor is not None else math.inf
     metrics = run_epochs(c.epochs, lambda: list(rollout.minibatches(c.minibatch_size, algo.generator)),
                          lambda batches: _epoch(algo, actor, batches, ent_coef, kl_coef, token_level, limit))
-    metrics.update({"optim/lr": c.lr * mult, "optim/ent_coef": ent_coef, "optim/kl_coef": kl_coef})
+    metrics.update({"optim/lr": c.lr * mult * algo.stage_lr_scale, "optim/ent_coef": ent_coef,
+                    "optim/kl_coef": kl_coef})
     if math.isfinite(metrics["policy/kl_ref_new"]):
         algo.kl.update(metrics["policy/kl_ref_new"], len(rollout))
     algo.updates_done += 1
