@@ -41,6 +41,22 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     assert saved["command"].startswith("teamtr sweep default --seeds 0 1 --set model.backbone=tiny-random")
     assert "seed 0 done" in printed and "seed 1 -> " in printed and "(resuming)" in printed
     assert (out / "seed_1" / "final_eval.json").is_file()
+    capsys.readouterr()
+
+    # More train.iterations extends the finished runs from their last checkpoint, and redoes their tables.
+    table = (out / "seed_0" / "final_eval.json").stat().st_mtime_ns
+    assert main([*argv, "--set", "train.iterations=2"]) == 0
+    printed = capsys.readouterr().out
+    assert "seed 0 finished 1 iterations; extending it to 2" in printed and "(resuming)" in printed
+    for seed in (0, 1):
+        assert (out / f"seed_{seed}" / "checkpoints" / "iter_000002").is_dir()
+        trained = [json.loads(line)["iteration"] for line in
+                   (out / f"seed_{seed}" / "metrics.jsonl").read_text().splitlines()
+                   if json.loads(line).get("kind") == "train"]
+        assert trained == [1, 2]  # iteration 1 not trained twice
+    assert (out / "seed_0" / "final_eval.json").stat().st_mtime_ns > table
+    assert main([*argv, "--set", "train.iterations=2"]) == 0  # now done at 2: nothing trains
+    assert "seed 0 done" in capsys.readouterr().out
 
 
 def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_path, capsys):

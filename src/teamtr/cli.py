@@ -331,9 +331,39 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
+def _finished_iterations(run: Path) -> int | None:
+    """How many iterations a run that wrote its end-of-run table had trained (its newest complete
+    checkpoint's; 0 when it kept none, e.g. cloning alone); None while it has no table."""
+    from teamtr.train.checkpoint import latest_checkpoint
+
+    if not (run / "final_eval.json").is_file():
+        return None
+    newest = latest_checkpoint(run)
+    return 0 if newest is None else int(newest.name.rsplit("_", 1)[-1])
+
+
+def _sweep_jobs(cells: list[tuple[str, list[str]]], configs: dict[str, Config], runs: dict[str, dict[int, Path]],
+                sets: list[str]) -> list[tuple[str, list[str], Path]]:
+    """The runs a sweep still has to train (name, ``--set`` items, run directory): those without their
+    table, and finished ones that trained fewer iterations than their config now asks for."""
+    jobs: list[tuple[str, list[str], Path]] = []
+    for label, cell_sets in cells:
+        for seed, run in runs[label].items():
+            name = f"{label} seed {seed}" if label else f"seed {seed}"
+            done_at = _finished_iterations(run)
+            if done_at is not None and done_at >= configs[label].train.iterations:
+                print(f"sweep: {name} done ({run})")
+                continue
+            if done_at is not None:  # a finished run asked for more iterations resumes; its table is redone
+                print(f"sweep: {name} finished {done_at} iterations; extending it to {configs[label].train.iterations}")
+            jobs.append((name, [*sets, *cell_sets, f"seed={seed}", f"run_dir={run}"], run))
+    return jobs
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     """Train one run per seed, or per grid cell and seed (one after another, or ``--parallel N`` at a
-    time); a killed sweep continues where it stopped."""
+    time); a killed sweep continues where it stopped, and a finished one given more ``train.iterations``
+    resumes each run from its last checkpoint to that many (its table then redone)."""
     from teamtr.train.sweep import grid_cells, sweep_summary, train_parallel
 
     cells = grid_cells(args.grid or [], args.set)
@@ -343,14 +373,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     out = Path(args.out or f"runs/sweep-{Path(args.config).stem}")
     runs = {label: {seed: (out / label if label else out) / f"seed_{seed}" for seed in args.seeds}
             for label, _ in cells}
-    jobs: list[tuple[str, list[str], Path]] = []
-    for label, cell_sets in cells:
-        for seed, run in runs[label].items():
-            name = f"{label} seed {seed}" if label else f"seed {seed}"
-            if (run / "final_eval.json").is_file():
-                print(f"sweep: {name} done ({run})")
-            else:
-                jobs.append((name, [*args.set, *cell_sets, f"seed={seed}", f"run_dir={run}"], run))
+    jobs = _sweep_jobs(cells, configs, runs, args.set)
     if args.parallel > 1 and len(jobs) > 1:
         train_parallel(args.config, jobs, args.parallel)
     else:
@@ -497,9 +520,10 @@ def _add_report(sub: Any) -> None:
 
 def _add_sweep(sub: Any) -> None:
     sw = _sub(sub, "sweep", "train one run per seed (or per grid cell and seed), one after another or N at a time "
-                          "(resumable), then mean ± std",
+                          "(resumable; more train.iterations extends finished runs), then mean ± std",
               "  teamtr sweep default --seeds 0 1 2 --set algo.name=trpo --out runs/trpo\n"
               "  teamtr sweep software_team --seeds 0 1 --parallel 2   # 2 seeds at once, 1 thread each on 2 cores\n"
+              "  teamtr sweep default --seeds 0 1 2 --set train.iterations=40   # finished 30-iteration runs go on to 40\n"
               "  teamtr sweep trust_region --seeds 0 1 2 --grid algo.name=pg,ppo,grpo --grid algo.lr=3e-5,3e-4 \\\n"
               "      --set model.init=runs/tr-init/bc --parallel 2 --out runs/tr   # 2 x 3 cells x 3 seeds\n", cmd_sweep)
     sw.add_argument("config", help="a YAML file or a shipped config")
