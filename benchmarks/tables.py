@@ -71,6 +71,8 @@ def worlds(files: list[str]) -> str:
 def _pm(stat: dict[str, Any] | None, digits: int = 3) -> str:
     if not stat or stat.get("mean") is None:
         return "-"
+    if len(stat.get("values") or ()) == 1:  # one seed: its value, not a spread of 0 it never measured
+        return f"{stat['mean']:.{digits}f}"
     return f"{stat['mean']:.{digits}f} ± {stat['std']:.{digits}f}"
 
 
@@ -85,8 +87,8 @@ def sweep(files: list[str]) -> str:
             name = env.pop("name")
             where = f"cell `{cell}` ({', '.join(d['cell'])}) of " if cell else ""
             out.append(f"{where}`{d['command']}`: {name} ({_options(env)}), seeds {', '.join(map(str, d['seeds']))}, "
-                       f"held-out seeds from {d['config']['train']['eval_seed_offset']:,}, greedy; mean ± std "
-                       "over seeds (`" + f + "`)\n")
+                       f"held-out seeds from {d['config']['train']['eval_seed_offset']:,}, greedy; "
+                       + ("one seed" if len(d["seeds"]) == 1 else "mean ± std over seeds") + " (`" + f + "`)\n")
             _sweep_rows(out, d)
     return "\n".join(out)
 
@@ -150,7 +152,7 @@ def _reached(stat: dict[str, Any] | None) -> str:
         return "-"
     if not stat.get("n"):
         return "never"
-    cell = f"{stat['mean']:.0f} ± {stat['std']:.0f}"
+    cell = f"{stat['mean']:.0f}" if stat["n"] == 1 else f"{stat['mean']:.0f} ± {stat['std']:.0f}"
     return cell + (f" ({stat['n']} of {len(stat['values'])} runs)" if stat["n"] != len(stat["values"]) else "")
 
 

@@ -60,12 +60,12 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
                     directives="whole_team")
     text = tables.world([a, b, c])
     lines = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
-    assert "1.000 ± 0.000" in lines["BC + PPO"] and "0.900 ± 0.000" in lines["BC"]
-    assert "0.800 ± 0.000" in lines["PPO alone (trained with hints=True; tested with names=heldout)"]
-    assert "0.700 ± 0.000" in lines["PPO from `runs/x/bc`, whole-team directives"]
-    assert "0.600 ± 0.000" in lines["`runs/x/bc` (the warm start), whole-team directives"]
+    assert "1.000 |" in lines["BC + PPO"] and "0.900 |" in lines["BC"]
+    assert "0.800 |" in lines["PPO alone (trained with hints=True; tested with names=heldout)"]
+    assert "0.700 |" in lines["PPO from `runs/x/bc`, whole-team directives"]
+    assert "0.600 |" in lines["`runs/x/bc` (the warm start), whole-team directives"]
     # a baseline is taken from the first file whose world is the table's: b's zero-shot (0.5) is another world's
-    assert "0.000 ± 0.000" in lines["zero-shot"] and "0.030 ± 0.000" in lines["random"]
+    assert "0.000 |" in lines["zero-shot"] and "0.030 |" in lines["random"]
     # the oracle directs in its run's mode: a whole-team file adds its own oracle row, not its random one
     w = _sweep_file(tmp_path / "w.json", "teamtr sweep default --seeds 0 --set team.directives=whole_team",
                     {"name": "escape-room", "agents": 3}, True, 1, {"trained": 0.5, "oracle": 0.99, "random": 0.02},
@@ -74,8 +74,8 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
                      True, 2, {"trained": 1.0, "oracle": 1.0, "random": 0.03})
     lines = {line.split(" | ")[0].lstrip("| "): line for line in tables.world([a2, w]).splitlines()
              if line.startswith("| ")}
-    assert "1.000 ± 0.000" in lines["oracle"] and "0.990 ± 0.000" in lines["oracle, whole-team directives"]
-    assert "0.030 ± 0.000" in lines["random"] and not any("0.020" in line for line in lines.values())
+    assert "1.000 |" in lines["oracle"] and "0.990 |" in lines["oracle, whole-team directives"]
+    assert "0.030 |" in lines["random"] and not any("0.020" in line for line in lines.values())
     # a hierarchical run says so in its label
     h = json.loads(Path(a2).read_text())
     h["config"]["team"]["hierarchy"] = {"enabled": True}
@@ -83,7 +83,7 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     flat = _sweep_file(tmp_path / "f.json", "teamtr sweep x --seeds 0", {"name": "escape-room", "agents": 3},
                        True, 2, {"trained": 0.9, "oracle": 1.0, "zero-shot": 0.1})
     text = tables.world([flat, a2])
-    assert "| BC + PPO, hierarchical | 1.000 ± 0.000" in text
+    assert "| BC + PPO, hierarchical | 1.000 |" in text
     # the oracle never uses the hierarchy: one oracle row
     assert [line.split(" | ")[0] for line in text.splitlines() if line.startswith("| oracle")] == ["| oracle"]
     # DAgger rounds after the clone are named in both rows
@@ -91,7 +91,7 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     d["config"]["bc"]["dagger_rounds"] = 1
     Path(flat).write_text(json.dumps(d))
     text = tables.world([flat])
-    assert "| BC + DAgger (1 round) + PPO | 0.900 ± 0.000" in text
+    assert "| BC + DAgger (1 round) + PPO | 0.900 |" in text
     assert tables._warm(d["config"]) == "BC + DAgger (1 round)"
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
