@@ -123,7 +123,9 @@ def test_cli_writes_table_and_figures(tmp_path: Path, capsys: pytest.CaptureFixt
     saved = json.loads((out / "compare.json").read_text())
     assert saved["groups"]["sweep-a"]["final"]["mean"] == pytest.approx(0.9)
     assert "compare_success.png" in saved["figures"] and (out / "compare_success.png").stat().st_size > 1000
-    assert "| sweep-a (n=2) | 0.900 ± 0.100" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "| sweep-a (n=2) | 0.900 ± 0.100" in printed
+    assert "| b (n=1) | 0.300 |" in printed  # one run: its value, not a spread of 0 it never measured
     # what each group ran, and the command, travel with the table into the README
     assert saved["command"] == (f"teamtr report {tmp_path / 'sweep-a'} --compare {tmp_path / 'b'} {tmp_path / 't'} "
                                 f"{tmp_path / 't0'} --threshold 0.9 --out {out}")

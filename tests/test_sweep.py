@@ -57,6 +57,9 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     assert (out / "seed_0" / "final_eval.json").stat().st_mtime_ns > table
     assert main([*argv, "--set", "train.iterations=2"]) == 0  # now done at 2: nothing trains
     assert "seed 0 done" in capsys.readouterr().out
+    assert main([*argv[:3], "0", *argv[5:], "--set", "train.iterations=2"]) == 0  # one seed: its values
+    printed = capsys.readouterr().out
+    assert "1 seed (0): its final table" in printed and "success 1.000," in printed and " ± " not in printed
 
 
 def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_path, capsys):

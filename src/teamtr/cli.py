@@ -400,13 +400,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.json:
         write_json(Path(args.json), result)
         print(f"wrote {args.json}")
-    print(f"\n{len(args.seeds)} seeds ({', '.join(map(str, args.seeds))}): mean ± std of the final tables")
+    one = len(args.seeds) == 1  # one seed: its table's values, not a spread of 0 over one run
+    print(f"\n{len(args.seeds)} seed{'' if one else 's'} ({', '.join(map(str, args.seeds))}): "
+          + ("its final table" if one else "mean ± std of the final tables"))
     for label, summary in summaries.items():
         if label:
             print(f" {label} ({out / label})")
         for policy, metrics in summary["rows"].items():
-            shown = ", ".join(f"{m} {v['mean']:.3f} ± {v['std']:.3f}" for m, v in metrics.items()
-                              if m in ("success", "return", "length"))
+            shown = ", ".join(f"{m} {v['mean']:.3f}" + ("" if one else f" ± {v['std']:.3f}")
+                              for m, v in metrics.items() if m in ("success", "return", "length"))
             print(f"  {policy:<10} {shown}")
     if args.grid:
         dirs = [str(out / label) for label, _ in cells]

@@ -229,7 +229,8 @@ def _draw(groups: dict[str, list[Path]], metric: str, kind: str, out: Path) -> b
 def _cell(stat: dict[str, Any]) -> str:
     if stat["mean"] is None:
         return "-"
-    return f"{stat['mean']:.3f} ± {stat['std']:.3f}" + (f" ({stat['n']})" if stat["n"] != len(stat["values"]) else "")
+    spread = "" if stat["n"] == 1 else f" ± {stat['std']:.3f}"  # one run: its value, no spread of 0
+    return f"{stat['mean']:.3f}{spread}" + (f" ({stat['n']})" if stat["n"] != len(stat["values"]) else "")
 
 
 def table_markdown(table: dict[str, Any]) -> str:
