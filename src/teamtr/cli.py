@@ -334,12 +334,12 @@ def cmd_train(args: argparse.Namespace) -> int:
 def _finished_iterations(run: Path) -> int | None:
     """How many iterations a run that wrote its end-of-run table had trained (its newest complete
     checkpoint's; 0 when it kept none, e.g. cloning alone); None while it has no table."""
-    from teamtr.train.checkpoint import latest_checkpoint
+    from teamtr.train.checkpoint import checkpoint_iteration, latest_checkpoint
 
     if not (run / "final_eval.json").is_file():
         return None
     newest = latest_checkpoint(run)
-    return 0 if newest is None else int(newest.name.rsplit("_", 1)[-1])
+    return 0 if newest is None else checkpoint_iteration(newest)
 
 
 def _sweep_jobs(cells: list[tuple[str, list[str]]], configs: dict[str, Config], runs: dict[str, dict[int, Path]],
@@ -364,6 +364,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     """Train one run per seed, or per grid cell and seed (one after another, or ``--parallel N`` at a
     time); a killed sweep continues where it stopped, and a finished one given more ``train.iterations``
     resumes each run from its last checkpoint to that many (its table then redone)."""
+    from teamtr.telemetry.compare import mean_std
     from teamtr.train.sweep import grid_cells, sweep_summary, train_parallel
 
     cells = grid_cells(args.grid or [], args.set)
@@ -407,8 +408,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if label:
             print(f" {label} ({out / label})")
         for policy, metrics in summary["rows"].items():
-            shown = ", ".join(f"{m} {v['mean']:.3f}" + ("" if one else f" ± {v['std']:.3f}")
-                              for m, v in metrics.items() if m in ("success", "return", "length"))
+            shown = ", ".join(f"{m} {mean_std(v)}" for m, v in metrics.items() if m in ("success", "return", "length"))
             print(f"  {policy:<10} {shown}")
     if args.grid:
         dirs = [str(out / label) for label, _ in cells]

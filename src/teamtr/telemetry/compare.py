@@ -226,11 +226,17 @@ def _draw(groups: dict[str, list[Path]], metric: str, kind: str, out: Path) -> b
     return True
 
 
+def mean_std(stat: dict[str, Any], digits: int = 3) -> str:
+    """``mean ± std`` of a statistic over runs or seeds (``values``; ``n`` of them measured); one run: its
+    value alone, not a spread of 0 it never measured."""
+    n = stat.get("n", len(stat["values"]))
+    return f"{stat['mean']:.{digits}f}" + ("" if n == 1 else f" ± {stat['std']:.{digits}f}")
+
+
 def _cell(stat: dict[str, Any]) -> str:
     if stat["mean"] is None:
         return "-"
-    spread = "" if stat["n"] == 1 else f" ± {stat['std']:.3f}"  # one run: its value, no spread of 0
-    return f"{stat['mean']:.3f}{spread}" + (f" ({stat['n']})" if stat["n"] != len(stat["values"]) else "")
+    return mean_std(stat) + (f" ({stat['n']})" if stat["n"] != len(stat["values"]) else "")
 
 
 def table_markdown(table: dict[str, Any]) -> str:

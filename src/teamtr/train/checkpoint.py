@@ -29,6 +29,11 @@ from teamtr.rl import Algorithm
 PREFIX = "iter_"
 
 
+def checkpoint_iteration(path: Path) -> int:
+    """The iteration a checkpoint folder holds, from its name (``iter_000050`` -> 50)."""
+    return int(Path(path).name.removeprefix(PREFIX))
+
+
 def _split(obj: Any, tensors: dict[str, torch.Tensor], path: str) -> Any:
     """Nested dicts/lists with tensors -> JSON-able tree with tensor references."""
     if isinstance(obj, torch.Tensor):
