@@ -329,3 +329,69 @@ def test_unexplored_directives_need_a_failing_run_enough_states_and_no_sample() 
     assert [f.code for f in diagnose(stalled(), config, transcripts=episodes(40, 1e-3))] == []  # reached the floor
     finding = diagnose(stalled(), config, transcripts=episodes(40, 9e-4))[0]
     assert str(finding.changes[0]) == "policy.temperature: raise" and len(finding.changes) == 1  # at 1 already; bc on
+
+
+def collapsing(best: float = 0.7) -> list[dict[str, Any]]:
+    """9 iterations: success rises to ``best`` at iteration 6, then 0.0 at 7 and 8 (a crash)."""
+    success = [best * x for x in (0.0, 0.1, 0.2, 0.3, 0.4, 0.7, 1.0)] + [0.0, 0.0]
+    return [{**r, "episode/success": s, "episode/return": -14 + 20 * s, "episode/invalid_rate": 0.1}
+            for r, s in zip(healthy(9), success)]
+
+
+def directed(iteration: int, noops: int, steps: int = 10, success: bool = False, ret: float = -10.0) -> dict[str, Any]:
+    """A training transcript of ``steps`` decisions, the first ``noops`` of them the no-op."""
+    texts = ["no new directive"] * noops + ["engineer_1: implement the API module"] * (steps - noops)
+    return {"iteration": iteration, "success": success, "return": ret,
+            "steps": [{"directive": t, "candidates": [t], "choice": 0} for t in texts]}
+
+
+def test_a_collapse_to_the_noop_is_flagged_with_its_shares_returns_and_the_checkpoint_to_go_back_to() -> None:
+    config = {**CONFIG, "algo": {**CONFIG["algo"], "lr": 1e-3}}
+    # before the fall: 2 of 10 decisions the no-op (failed tries return -16); after it: 9 and 10 of 10 (-6)
+    episodes = [directed(it, 2, ret=-16.0) for it in range(1, 7)] + [directed(7, 9, ret=-6.0), directed(8, 10, ret=-6.5)]
+    findings = diagnose(collapsing(), config, transcripts=episodes)
+    assert [f.code for f in findings] == ["do_nothing_collapse"]
+    evidence = findings[0].evidence
+    assert (evidence["best_success"], evidence["best_iteration"], evidence["recent_success"]) == (0.7, 6.0, 0.0)
+    assert evidence["noop_share_recent"] == pytest.approx(0.95) and evidence["noop_share_to_best"] == pytest.approx(0.2)
+    assert evidence["return_failed_doing_nothing"] == pytest.approx(-6.25)
+    assert evidence["return_failed_trying"] == pytest.approx(-16.0)
+    assert "(see the two returns above)" in findings[0].causes[0]
+    assert "checkpoints/iter_000005, the policy that sampled iteration 6" in findings[0].remedies[1]
+    assert [str(c) for c in findings[0].changes] == ["algo.lr: lower 0.001 -> 0.0003",
+                                                     "rewards.weights.idle: strengthen -0.05 -> -0.2"]
+    # the chosen candidate stands in for a transcript line without the directive text
+    bare = [{**e, "steps": [{"candidates": s["candidates"], "choice": 0} for s in e["steps"]]} for e in episodes]
+    assert [f.code for f in diagnose(collapsing(), config, transcripts=bare)] == ["do_nothing_collapse"]
+
+
+def test_no_collapse_finding_without_a_fall_a_rise_of_the_noop_or_transcripts() -> None:
+    before = [directed(it, 2) for it in range(1, 7)]
+    assert codes(collapsing()) == []  # no transcripts: the no-op's share is unknown
+    # success fell, but the policy still directs (another failure, not this one)
+    assert [f.code for f in diagnose(collapsing(), CONFIG, transcripts=before + [directed(7, 3), directed(8, 2)])] == []
+    # mostly the no-op from the start: doing nothing is how this policy plays (Overcooked's chefs' own rule)
+    steady = [directed(it, 8) for it in range(1, 9)]
+    assert [f.code for f in diagnose(collapsing(), CONFIG, transcripts=steady)] == []
+    # the no-op rose, but success held at half its best or more
+    held = [{**r, "episode/success": 0.4 if r["iteration"] >= 7 else r["episode/success"]} for r in collapsing()]
+    noop = before + [directed(7, 9), directed(8, 10)]
+    assert [f.code for f in diagnose(held, CONFIG, transcripts=noop)] == []
+    assert [f.code for f in diagnose(collapsing(best=0.15), CONFIG, transcripts=noop)] == []  # never learned much
+    # a curriculum's new stage: the fall is the harder task's, the collapse is read in the last stage only
+    staged = [{**r, "curriculum/stage": int(r["iteration"] >= 7)} for r in collapsing()]
+    assert [f.code for f in diagnose(staged, CONFIG, transcripts=noop)] == []
+
+
+def test_beside_a_collapse_bad_directives_does_not_ask_for_harsher_penalties() -> None:
+    invalid = [{**r, "episode/invalid_rate": 0.4} for r in collapsing()]
+    episodes = [directed(it, 2) for it in range(1, 7)] + [directed(7, 9), directed(8, 10)]
+    findings = {f.code: f for f in diagnose(invalid, CONFIG, transcripts=episodes)}
+    assert set(findings) == {"bad_directives", "do_nothing_collapse"}
+    assert findings["bad_directives"].config_keys == ("bc.success_weighted",)
+    assert "not harsher penalties here" in findings["bad_directives"].remedies[-1]
+    rl_alone = {**CONFIG, "bc": {"enabled": False}}  # nothing left to change: no empty config line
+    text = format_findings(diagnose(invalid, rl_alone, transcripts=episodes))
+    assert "rewards.weights.invalid" not in text and "config: \n" not in text and text.count("   config: ") == 1
+    alone = {f.code: f for f in diagnose(invalid, CONFIG)}  # without the collapse: the usual advice
+    assert alone["bad_directives"].config_keys[:2] == ("rewards.weights.invalid", "rewards.weights.repeat")

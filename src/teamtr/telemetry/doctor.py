@@ -30,10 +30,17 @@ Detectors (symptom: rule):
   ``UNEXPLORED_PROB``, while recent sampled success is below ``UNEXPLORED_SOLVED`` (a policy that has
   learned leaves wrong directives unsampled on purpose). If the task needs one of them, PPO cannot find
   it: it only reinforces what it samples.
+- collapse to doing nothing: sampled success reached >= ``COLLAPSE_MIN_BEST`` and the last
+  ``COLLAPSE_RECENT`` iterations fell below ``COLLAPSE_FRAC`` of that best, while in the training
+  transcripts the no-op ("no new directive") took >= ``NOOP_SHARE_MIN`` of the recent decisions, at
+  least ``NOOP_SHARE_RISE`` more than up to the best iteration (a curriculum's last stage only). The
+  evidence adds the mean return of the transcripts' failed episodes that mostly did nothing and of those
+  that tried: when the first is higher, the reward itself makes doing nothing the safer bet.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
@@ -42,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from teamtr.config import default_reward_weight
+from teamtr.core import NOOP
 from teamtr.rl import AlgoConfig
 from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
 from teamtr.telemetry.viewer import TRANSCRIPTS_FILE, read_episodes
@@ -82,6 +90,12 @@ UNEXPLORED_MIN_STATES = 20
 UNEXPLORED_PROB = 1e-3
 UNEXPLORED_SOLVED = 0.5
 UNEXPLORED_SHOWN = 3  # the directives named in the finding, lowest probability first
+
+COLLAPSE_MIN_BEST = 0.2
+COLLAPSE_FRAC = 0.5
+COLLAPSE_RECENT = 2
+NOOP_SHARE_MIN = 0.5
+NOOP_SHARE_RISE = 0.3
 
 
 @dataclass(frozen=True)
@@ -513,6 +527,81 @@ def _unexplored(records: list[dict[str, Any]], config: Mapping[str, Any] | None,
     )
 
 
+def _noop_shares(episodes: Iterable[Mapping[str, Any]]) -> tuple[dict[int, list[int]], list[tuple[float, float]]]:
+    """From training transcripts: iteration -> [no-op decisions, decisions], and ``(no-op share, return)``
+    of each failed episode. A step's directive is its ``directive`` text, else its chosen candidate."""
+    counts: dict[int, list[int]] = {}
+    failed: list[tuple[float, float]] = []
+    for episode in episodes:
+        iteration, noops, steps = episode.get("iteration"), 0, 0
+        for step in episode.get("steps", []):
+            text = step.get("directive")
+            if text is None:
+                candidates, choice = step.get("candidates"), step.get("choice")
+                ok = isinstance(candidates, list) and isinstance(choice, int) and 0 <= choice < len(candidates)
+                text = candidates[choice] if ok else None
+            if text is not None:
+                steps += 1
+                noops += text == NOOP.text
+        if not isinstance(iteration, int) or not steps:
+            continue
+        tally = counts.setdefault(iteration, [0, 0])
+        tally[0], tally[1] = tally[0] + noops, tally[1] + steps
+        ret = episode.get("return")
+        if episode.get("success") is False and isinstance(ret, (int, float)) and math.isfinite(ret):
+            failed.append((noops / steps, float(ret)))
+    return counts, failed
+
+
+def _share(counts: Mapping[int, list[int]], iterations: Iterable[int]) -> float | None:
+    noops = steps = 0
+    for it in iterations:
+        noops, steps = noops + counts.get(it, [0, 0])[0], steps + counts.get(it, [0, 0])[1]
+    return noops / steps if steps else None
+
+
+def _do_nothing(records: list[dict[str, Any]], config: Mapping[str, Any] | None,
+                episodes: Iterable[Mapping[str, Any]]) -> Finding | None:
+    iterations, success = metric_series(records, "episode/success")
+    if len(success) <= COLLAPSE_RECENT:
+        return None
+    best = max(success[:-COLLAPSE_RECENT])
+    best_at = iterations[success.index(best)]
+    recent = statistics.fmean(success[-COLLAPSE_RECENT:])
+    if best < COLLAPSE_MIN_BEST or recent >= COLLAPSE_FRAC * best:
+        return None
+    counts, failed = _noop_shares(episodes)
+    now = _share(counts, iterations[-COLLAPSE_RECENT:])
+    before = _share(counts, [it for it in iterations if it <= best_at])
+    if now is None or before is None or now < NOOP_SHARE_MIN or now - before < NOOP_SHARE_RISE:
+        return None
+    evidence = {"best_success": best, "best_iteration": float(best_at), "recent_success": recent,
+                "noop_share_recent": now, "noop_share_to_best": before}
+    idle = [r for share, r in failed if share >= NOOP_SHARE_MIN]
+    tried = [r for share, r in failed if share < NOOP_SHARE_MIN]
+    if idle and tried:
+        evidence["return_failed_doing_nothing"] = statistics.fmean(idle)
+        evidence["return_failed_trying"] = statistics.fmean(tried)
+    # checkpoint iter_N holds the policy after iteration N's update: iteration best_at sampled iter_{best_at - 1}'s
+    restart = (f"go back to checkpoints/iter_{best_at - 1:06d}, the policy that sampled iteration {best_at} (if "
+               "train.keep_checkpoints kept it): copy the run without its newer checkpoints and resume the copy "
+               "with a smaller algo.lr (algo.lr may change on resume)"
+               if best_at > 1 else "start again with a smaller algo.lr")
+    safer = evidence.get("return_failed_doing_nothing", -math.inf) > evidence.get("return_failed_trying", math.inf)
+    return Finding(
+        "do_nothing_collapse", "collapse to doing nothing (\"no new directive\")", evidence,
+        (("doing nothing is the safer bet under this reward: a failed episode that never directs pays the "
+          "failure and idle terms only, one that tries also pays for its wrong and repeated directives"
+          + (" (see the two returns above)" if safer else "")),
+         "a policy step too large for the stage: one update moved the policy off what worked and onto the "
+         "no-op, from which few sampled episodes lead back"),
+        ("lower the learning rate (a curriculum stage's own lr, or algo.lr)", restart,
+         "make waiting cost more than a wrong try: strengthen the idle penalty, or soften the invalid and "
+         "repeat ones"),
+        (_change(config, "algo.lr", "lower", 0.3), _change(config, "rewards.weights.idle", "strengthen", 4.0)),
+    )
+
+
 def _last_stage(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The records without the training iterations of a curriculum's earlier stages: training success
     falls when a stage ends because the task got harder, which is neither a crash nor a plateau."""
@@ -551,10 +640,21 @@ def diagnose(
         found = detector(records, config)
         if found is not None:
             findings.append(found)
-    found = _unexplored(records, config, transcripts if transcripts is not None else ())
-    if found is not None:
-        findings.append(found)
+    episodes = list(transcripts) if transcripts is not None else []
+    for found in (_unexplored(records, config, episodes), _do_nothing(_last_stage(records), config, episodes)):
+        if found is not None:
+            findings.append(found)
+    if any(f.code == "do_nothing_collapse" for f in findings):  # harsher penalties on tries push further to the no-op
+        findings = [_without_penalties(f) if f.code == "bad_directives" else f for f in findings]
     return findings
+
+
+def _without_penalties(finding: Finding) -> Finding:
+    """``bad_directives`` beside a collapse to doing nothing: not its advice to strengthen penalties."""
+    return dataclasses.replace(
+        finding, remedies=(*finding.remedies[1:], "not harsher penalties here: the policy already collapsed to "
+                           "doing nothing, which they make safer still (see do_nothing_collapse)"),
+        changes=tuple(c for c in finding.changes if not c.key.startswith("rewards.weights.")))
 
 
 def format_findings(findings: Sequence[Finding], iterations: int | None = None) -> str:
@@ -570,8 +670,9 @@ def format_findings(findings: Sequence[Finding], iterations: int | None = None) 
             f"   evidence: {evidence}",
             f"   likely causes: {'; '.join(f.causes)}",
             f"   remedies: {'; '.join(f.remedies)}",
-            f"   config: {'; '.join(str(c) for c in f.changes)}",
         ]
+        if f.changes:
+            lines.append(f"   config: {'; '.join(str(c) for c in f.changes)}")
         flags = " ".join(f"--set {c.key}={_value(c.suggested)}" for c in f.changes if c.suggested is not None)
         if flags:
             lines.append(f"   try: {flags}")
