@@ -360,6 +360,13 @@ def test_a_collapse_to_the_noop_is_flagged_with_its_shares_returns_and_the_check
     assert "checkpoints/iter_000005, the policy that sampled iteration 6" in findings[0].remedies[1]
     assert [str(c) for c in findings[0].changes] == ["algo.lr: lower 0.001 -> 0.0003",
                                                      "rewards.weights.idle: strengthen -0.05 -> -0.2"]
+    # an earlier curriculum stage's episodes (another world: longer, lower returns) are not compared
+    staged = [{**r, "iteration": r["iteration"] + 1, "curriculum/stage": 1} for r in collapsing()]
+    later = [{**e, "iteration": e["iteration"] + 1} for e in episodes]
+    found = diagnose([{"kind": "train", "iteration": 0, "curriculum/stage": 0, "episode/success": 0.0}, *staged],
+                     config, transcripts=[directed(0, 2, ret=-40.0), *later])
+    assert [f.code for f in found] == ["do_nothing_collapse"]
+    assert found[0].evidence["return_failed_trying"] == pytest.approx(-16.0)
     # the chosen candidate stands in for a transcript line without the directive text
     bare = [{**e, "steps": [{"candidates": s["candidates"], "choice": 0} for s in e["steps"]]} for e in episodes]
     assert [f.code for f in diagnose(collapsing(), config, transcripts=bare)] == ["do_nothing_collapse"]

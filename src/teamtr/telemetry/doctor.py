@@ -34,8 +34,8 @@ Detectors (symptom: rule):
   ``COLLAPSE_RECENT`` iterations fell below ``COLLAPSE_FRAC`` of that best, while in the training
   transcripts the no-op ("no new directive") took >= ``NOOP_SHARE_MIN`` of the recent decisions, at
   least ``NOOP_SHARE_RISE`` more than up to the best iteration (a curriculum's last stage only). The
-  evidence adds the mean return of the transcripts' failed episodes that mostly did nothing and of those
-  that tried: when the first is higher, the reward itself makes doing nothing the safer bet.
+  evidence adds the mean return of that stage's failed episodes (transcripts) that mostly did nothing
+  and of those that tried: when the first is higher, the reward itself makes doing nothing the safer bet.
 """
 
 from __future__ import annotations
@@ -570,7 +570,8 @@ def _do_nothing(records: list[dict[str, Any]], config: Mapping[str, Any] | None,
     recent = statistics.fmean(success[-COLLAPSE_RECENT:])
     if best < COLLAPSE_MIN_BEST or recent >= COLLAPSE_FRAC * best:
         return None
-    counts, failed = _noop_shares(episodes)
+    stage = set(iterations)  # the last stage's: an earlier stage's episodes are of another world (length, deadline)
+    counts, failed = _noop_shares(e for e in episodes if e.get("iteration") in stage)
     now = _share(counts, iterations[-COLLAPSE_RECENT:])
     before = _share(counts, [it for it in iterations if it <= best_at])
     if now is None or before is None or now < NOOP_SHARE_MIN or now - before < NOOP_SHARE_RISE:
