@@ -281,6 +281,18 @@ def test_resume_with_a_new_lr_really_changes_the_lr(tmp_path):
         c = resumed.algo_config
         want = 0.001 * warmup_cosine(1, c.warmup_updates, c.total_updates, c.min_lr_ratio)
         assert line["iteration"] == 2 and top["lr"] == pytest.approx(want) == line["optim/lr"]
+    # config.yaml now says 0.001: resumes.jsonl keeps what it was before, and from which iteration it changed
+    rows = [json.loads(x) for x in (tmp_path / "run" / "resumes.jsonl").read_text().splitlines()]
+    assert [(r["iteration"], r["changed"]) for r in rows] == [(1, {"algo.lr": [0.003, 0.001], "train.iterations": [1, 2]})]
+    with Trainer(config(tmp_path, "train.iterations=2", "algo.lr=0.001", "algo.warmup_updates=0"), resume=True):
+        pass  # a resume that changes nothing is recorded too, after a torn line is dropped
+    path = tmp_path / "run" / "resumes.jsonl"
+    path.write_text(path.read_text() + '{"iteration": 9, "chan')
+    with Trainer(config(tmp_path, "train.iterations=2", "algo.lr=0.001", "algo.warmup_updates=0"), resume=True):
+        pass
+    rows = [json.loads(x) for x in path.read_text().splitlines()]
+    assert [(r["iteration"], r["changed"]) for r in rows] == [(1, {"algo.lr": [0.003, 0.001], "train.iterations": [1, 2]}),
+                                                             (2, {}), (2, {})]
 
 
 def test_resume_refuses_settings_that_cannot_change(tmp_path):
@@ -291,7 +303,8 @@ def test_resume_refuses_settings_that_cannot_change(tmp_path):
     run.mkdir()
     (run / "config.yaml").write_text(dump_config(config(tmp_path)))
     ok = check_resume_config(run, config(tmp_path, "train.iterations=9", "algo.lr=0.01", "log.transcripts=1"))
-    assert ok == ["algo.lr", "log.transcripts", "train.iterations"]
+    assert ok == {"algo.lr": (None, 0.01), "log.transcripts": (2, 1), "train.iterations": (2, 9)}  # None: the default
+    assert list(ok) == ["algo.lr", "log.transcripts", "train.iterations"]
     with pytest.raises(TeamTRError, match=r"env.max_steps: 6 -> 9.*seed: 0 -> 3.*start a new run"):
         check_resume_config(run, config(tmp_path, "env.max_steps=9", "seed=3", "train.iterations=9"))
     with pytest.raises(TeamTRError, match=r"model.backbone"):

@@ -9,6 +9,7 @@ since the checkpoint's weights, optimiser and seeds were made under the saved va
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Callable
@@ -20,6 +21,9 @@ from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
 from teamtr.telemetry.log import parse_jsonl
 from teamtr.train.checkpoint import newest_complete_checkpoint
+
+#: Each resume of a run, with the settings it changed (one JSON line each).
+RESUMES_FILE = "resumes.jsonl"
 
 #: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
 RESUMABLE = ("train.iterations", "train.eval_", "train.checkpoint_every", "train.keep_checkpoints",
@@ -41,12 +45,12 @@ def resumable(key: str) -> bool:
     return any(key == r or (r.endswith((".", "_")) and key.startswith(r)) for r in RESUMABLE)
 
 
-def check_resume_config(run_dir: Path, config: Config) -> list[str]:
-    """The keys of ``config`` that differ from the run's saved ``config.yaml`` (all resumable);
-    ``TeamTRError`` listing the others when any non-resumable key differs."""
+def check_resume_config(run_dir: Path, config: Config) -> dict[str, tuple[Any, Any]]:
+    """The settings of ``config`` that differ from the run's saved ``config.yaml`` (all resumable), as
+    key -> (saved, new), sorted by key; ``TeamTRError`` listing the others when any non-resumable key differs."""
     saved_path = Path(run_dir) / "config.yaml"
     if not saved_path.is_file():
-        return []
+        return {}
     saved = _flatten(load_config(saved_path, []).model_dump(mode="json"))
     new = _flatten(config.model_dump(mode="json"))
     changed = sorted(k for k in saved.keys() | new.keys() if saved.get(k) != new.get(k))
@@ -55,7 +59,23 @@ def check_resume_config(run_dir: Path, config: Config) -> list[str]:
         shown = ", ".join(f"{k}: {saved.get(k)!r} -> {new.get(k)!r}" for k in refused[:6])
         raise TeamTRError(f"--resume {run_dir}: these settings differ from the run's config.yaml and cannot change "
                           f"mid-run ({shown}); start a new run (--set run_dir=runs/NEW) to change them.")
-    return changed
+    return {k: (saved.get(k), new.get(k)) for k in changed}
+
+
+def record_resume(run_dir: Path, iteration: int, changes: Mapping[str, tuple[Any, Any]],
+                  say: Callable[[str], None] = print) -> None:
+    """Append to ``RUN/resumes.jsonl`` the iteration a run went on from and the settings changed then
+    (key -> [before, after]; ``config.yaml`` holds only the latest), and say them."""
+    path = Path(run_dir) / RESUMES_FILE
+    row = {"iteration": iteration, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+           "changed": {k: [old, new] for k, (old, new) in changes.items()}}
+    before = path.read_text(encoding="utf-8") if path.is_file() else ""
+    if before and not before.endswith("\n"):  # a torn last line (a kill mid-write) is dropped
+        before = before[: before.rfind("\n") + 1]
+    atomic_write_text(path, before + json.dumps(row) + "\n")
+    shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items() if k != "run_dir")
+    say(f"resume: from iteration {iteration}" + (f"; changed: {shown}" if shown else "")
+        + f" (recorded in {path})")
 
 
 def resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) -> Path | None:

@@ -48,7 +48,8 @@ from teamtr.train.ray_rollout import TeamRecipe
 from teamtr.train.replay import ReplayTerm, SuccessReplay
 from teamtr.train.free_text import FreeTextActor
 from teamtr.train.whole_team import TokenActor, WholeTeamActor, token_update
-from teamtr.train.resume import check_resume_config, load_algo_state, resume_checkpoint, truncate_transcripts
+from teamtr.train.resume import (check_resume_config, load_algo_state, record_resume, resume_checkpoint,
+                                 truncate_transcripts)
 
 #: Consecutive iterations whose every update step was skipped (non-finite loss or gradient) before
 #: the run stops: one can be a fluke batch, three in a row is a run that can no longer learn.
@@ -72,8 +73,7 @@ class Trainer:
         self.run_dir = Path(config.run_dir)
         self.options = config.env.options()
         self._check_options()
-        if resume:
-            check_resume_config(self.run_dir, config)
+        self.resume_changes = check_resume_config(self.run_dir, config) if resume else {}
         self.curriculum = Curriculum(config.curriculum.stages, self.options, config.team.directives)
         self.rewards = config.rewards.composer()
         torch.manual_seed(config.seed)
@@ -239,6 +239,7 @@ class Trainer:
                                 resume_iteration=resume_at, keep_kinds=("bc", "roles"))
         if resume_at is not None:
             truncate_transcripts(self.run_dir, resume_at)
+            record_resume(self.run_dir, resume_at, self.resume_changes)
 
     def _start_rl(self) -> None:
         """Freeze all but the top ``model.rl_layers`` adapters, then build the algorithm over what trains."""
