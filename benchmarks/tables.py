@@ -218,7 +218,8 @@ def world(files: list[str]) -> str:
     """One world's table from several ``teamtr sweep --json`` files (the first sets the world): the
     scripted and zero-shot baselines once (from the first file that has each; the expert and zero-shot
     rows once per directive mode, as they direct in it), then every file's ``bc``
-    and ``trained`` rows, labelled by the recipe its config resolved. A file whose world options differ
+    and ``trained`` rows, labelled by the recipe its config resolved (a sweep with the generalisation
+    suite gives its ``@ heldout`` rows; the other suites are its own table's). A file whose world options differ
     from the first's says how in its label, so no row claims a setting it was not measured in."""
     loaded = [(f, _load(f)) for f in files]
     first_env = dict(loaded[0][1]["config"]["env"])
@@ -240,7 +241,10 @@ def world(files: list[str]) -> str:
         if tested:
             notes.append(f"tested with {_options(tested).strip('`')}")
         where = f" ({'; '.join(notes)})" if notes else ""
-        for policy, row in d["rows"].items():
+        for label, row in d["rows"].items():
+            policy, _, suite = label.partition(" @ ")  # a generalisation-suite sweep: its held-out-seeds rows
+            if suite not in ("", "heldout"):
+                continue
             if policy == "trained":
                 rows.append((recipe(d["config"]) + where, f"`{d['command']}`", row))
             elif policy == "bc":

@@ -93,6 +93,12 @@ def test_world_table_labels_each_row_by_its_recipe_and_world(tmp_path: Path) -> 
     text = tables.world([flat])
     assert "| BC + DAgger (1 round) + PPO | 0.900 |" in text
     assert tables._warm(d["config"]) == "BC + DAgger (1 round)"
+    # a sweep with the generalisation suite: its held-out-seeds rows, not its other suites'
+    g = _sweep_file(tmp_path / "g.json", "teamtr sweep escape_room_ppo_fresh --seeds 0", {"name": "escape-room", "agents": 3},
+                    False, 30, {"trained @ heldout": 0.8, "trained @ agents=4": 0.4, "oracle @ heldout": 1.0,
+                                "oracle @ agents=4": 0.97})
+    text = tables.world([flat, g])
+    assert "| PPO alone | 0.800 |" in text and "0.400" not in text and "0.970" not in text
     other = _sweep_file(tmp_path / "d.json", "teamtr sweep software_team --seeds 0",
                         {"name": "software-team"}, True, 2, {"trained": 1.0})
     with pytest.raises(SystemExit, match="one world's files per table"):
