@@ -70,7 +70,7 @@ def record_resume(run_dir: Path, iteration: int, changes: Mapping[str, tuple[Any
     row = {"iteration": iteration, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "changed": {k: [old, new] for k, (old, new) in changes.items()}}
     before = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if before and not before.endswith("\n"):  # a torn last line (a kill mid-write) is dropped
+    if before and not before.endswith("\n"):  # a last line cut short (the file copied or edited by hand) is dropped
         before = before[: before.rfind("\n") + 1]
     atomic_write_text(path, before + json.dumps(row) + "\n")
     shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items() if k != "run_dir")
