@@ -64,6 +64,13 @@ def test_full_run_writes_every_curve_and_an_html_page(tmp_path: Path) -> None:
     assert step["state"] == "key <in> room A" and step["choice"] == 1 and "<in>" not in data
     assert "target_kl: 0.02" in page  # the config, as text
     assert "No final_eval.json in this run" in page
+    assert "<h2>Resumes</h2>" not in page  # never resumed
+    # a resumed run's page says from where and what changed (config.yaml keeps only the latest value)
+    (tmp_path / "resumes.jsonl").write_text(json.dumps({"iteration": 16, "time": "t", "changed": {
+        "algo.lr": [0.001, 0.0003], "train.final_suite": ["heldout", "generalisation"]}}) + "\n")
+    page = write_report(tmp_path).read_text()
+    assert ("<tr><td>16</td><td>t</td><td>algo.lr: 0.001 -&gt; 0.0003; train.final_suite: &#x27;heldout&#x27; -&gt; "
+            "&#x27;generalisation&#x27;</td></tr>") in page
 
 
 def test_eval_table_shows_the_latest_line_of_each_suite(tmp_path: Path) -> None:

@@ -31,6 +31,7 @@ from teamtr.core import TeamTRError
 
 METRICS_FILE = "metrics.jsonl"
 CONFIG_FILE = "config.yaml"
+RESUMES_FILE = "resumes.jsonl"  # each resume: its iteration and the settings it changed (train/resume.py)
 TENSORBOARD_DIR = "tb"
 WANDB_ID_FILE = "wandb_id.txt"
 KINDS: tuple[str, ...] = ("train", "eval", "bc", "roles")  # roles: the LLM role agents' tuning (train/roles.py)

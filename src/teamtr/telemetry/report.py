@@ -25,7 +25,7 @@ from teamtr.atomic import atomic_write_text, read_json
 from teamtr.core import TeamTRError
 from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
-    CONFIG_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir,
+    CONFIG_FILE, RESUMES_FILE, config_value, metric_series, parse_jsonl, read_config, read_metrics, require_run_dir,
 )
 from teamtr.telemetry.metrics import METRICS, spread_columns, with_spread
 from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
@@ -227,6 +227,22 @@ _STYLE = (
 )
 
 
+def _resumes(run: Path) -> str:
+    """The run's resumes (``resumes.jsonl``): the iteration each went on from and the settings it changed,
+    before -> after, since the config below holds only the latest; empty for a run never resumed."""
+    rows = [row for _, row in parse_jsonl(run / RESUMES_FILE) if isinstance(row, dict)]
+    if not rows:
+        return ""
+    lines = []
+    for row in rows:
+        changed = row.get("changed") or {}
+        text = "; ".join(f"{k}: {before!r} -> {after!r}" for k, (before, after) in changed.items()) or "nothing"
+        lines.append(f"<tr><td>{html.escape(str(row.get('iteration', '')))}</td><td>{html.escape(str(row.get('time', '')))}"
+                     f"</td><td>{html.escape(text)}</td></tr>")
+    return ("<h2>Resumes</h2><table><tr><th>from iteration</th><th>time</th><th>settings changed</th></tr>"
+            + "".join(lines) + "</table>")
+
+
 def write_report(run_dir: str | Path, viewer: ViewerLimits = DEFAULT_LIMITS) -> Path:
     """Write ``run_dir/report/*.png`` and ``run_dir/report/index.html``; return the HTML's path.
     ``viewer`` bounds how many episodes, and how much of each, the page embeds."""
@@ -251,7 +267,7 @@ def write_report(run_dir: str | Path, viewer: ViewerLimits = DEFAULT_LIMITS) -> 
         f"<h2>End-of-run table (held-out seeds)</h2>{_final_table(run)}"
         f"<h2>Latest evaluation</h2>{_eval_table(records)}"
         f"<h2>Episodes</h2>{viewer_section(run, viewer)}"
-        f"<h2>Config</h2><pre>{html.escape(config_text)}</pre>"
+        f"{_resumes(run)}<h2>Config</h2><pre>{html.escape(config_text)}</pre>"
         f"<p><small>Written {time.strftime('%Y-%m-%d %H:%M:%S')} from {len(records)} metric lines.</small></p>"
         "</body></html>"
     )

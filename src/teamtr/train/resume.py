@@ -19,11 +19,8 @@ import torch
 from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import parse_jsonl
+from teamtr.telemetry.log import RESUMES_FILE, parse_jsonl
 from teamtr.train.checkpoint import newest_complete_checkpoint
-
-#: Each resume of a run, with the settings it changed (one JSON line each).
-RESUMES_FILE = "resumes.jsonl"
 
 #: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
 RESUMABLE = ("train.iterations", "train.eval_", "train.checkpoint_every", "train.keep_checkpoints",
