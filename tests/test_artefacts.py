@@ -84,4 +84,12 @@ def test_run_model_card_names_world_config_and_results(tmp_path: Path) -> None:
     path = write_model_card(run)
     card = path.read_text()
     assert "| trained | 4 | 0.750 | 1.500 |" in card and "| random | 4 | 0.250 | -0.500 |" in card
+    assert "resumed at" not in card
+    # resumed with a new LR: the card says so beside the config's (latest) value; a moved run_dir alone is no change
+    (run / "resumes.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (
+        {"iteration": 1, "changed": {"run_dir": ["a", "b"]}},
+        {"iteration": 16, "changed": {"algo.lr": [0.001, 0.0003], "run_dir": ["b", "c"]}})))
+    card = write_model_card(run).read_text()
+    assert "- resumed at iteration 16 with `algo.lr` 0.001 -> 0.0003, `run_dir` b -> c\n" in card
+    assert "resumed at iteration 1 " not in card
     assert write_model_card(tmp_path / "empty") is None

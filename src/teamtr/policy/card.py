@@ -7,7 +7,7 @@ the run is known, the world, a summary of the config and the final results table
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 #: Config keys shown in the card's training summary (dotted paths into the resolved config).
@@ -47,9 +47,10 @@ def _results_table(rows: Mapping[str, Mapping[str, float]], episodes: Mapping[st
 
 
 def model_card(settings: Mapping[str, Any], base: str, config: Mapping[str, Any] | None = None,
-               results: Mapping[str, Any] | None = None) -> str:
+               results: Mapping[str, Any] | None = None, resumes: Sequence[Mapping[str, Any]] = ()) -> str:
     """The card's markdown. ``settings``: ``Coordinator.settings()``; ``base``: the base model's hub id
-    or directory; ``config``: the run's resolved config; ``results``: the run's ``final_eval.json``."""
+    or directory; ``config``: the run's resolved config; ``results``: the run's ``final_eval.json``;
+    ``resumes``: the rows of its ``resumes.jsonl`` (the config holds the values after the last one)."""
     lora = settings.get("lora") or {}
     lines = ["---", f"base_model: {base}", "library_name: peft", "tags: [teamtr, lora, coordinator]", "---", "",
              "# TeamTR coordinator adapter", "",
@@ -70,6 +71,10 @@ def model_card(settings: Mapping[str, Any], base: str, config: Mapping[str, Any]
         lines += ["## Training", "", f"World: `{_get(config, 'env.name')}`"
                   + (f" with {', '.join(f'{k}={v}' for k, v in options.items())}" if options else ""), ""]
         lines += [f"- `{key}`: {_get(config, key)}" for key in CARD_KEYS if _get(config, key) is not None]
+        changed = [(row.get("iteration"), row.get("changed") or {}) for row in resumes]
+        lines += [f"- resumed at iteration {it} with "
+                  + ", ".join(f"`{k}` {before} -> {after}" for k, (before, after) in sorted(keys.items()))
+                  for it, keys in changed if {k for k in keys if k != "run_dir"}]
         lines.append("")
     rows = (results or {}).get("rows")
     if rows:
