@@ -61,6 +61,11 @@ def parse_jsonl(path: Path) -> list[tuple[int, Any]]:
     return rows
 
 
+
+def read_resumes(run_dir: str | Path) -> list[dict[str, Any]]:
+    """The rows of a run's ``resumes.jsonl`` (``[]`` for a run never resumed; a torn last line dropped)."""
+    return [row for _, row in parse_jsonl(Path(run_dir) / RESUMES_FILE) if isinstance(row, dict)]
+
 def _parse_lines(path: Path) -> list[dict[str, Any]]:
     """Parse a metrics file; a torn last line (the run was killed mid-write) is dropped."""
     records = parse_jsonl(path)

@@ -25,7 +25,7 @@ from teamtr.atomic import atomic_write_text, read_json
 from teamtr.core import TeamTRError
 from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
-    CONFIG_FILE, RESUMES_FILE, config_value, metric_series, parse_jsonl, read_config, read_metrics, require_run_dir,
+    CONFIG_FILE, config_value, metric_series, read_config, read_metrics, read_resumes, require_run_dir,
 )
 from teamtr.telemetry.metrics import METRICS, spread_columns, with_spread
 from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
@@ -230,7 +230,7 @@ _STYLE = (
 def _resumes(run: Path) -> str:
     """The run's resumes (``resumes.jsonl``): the iteration each went on from and the settings it changed,
     before -> after, since the config below holds only the latest; empty for a run never resumed."""
-    rows = [row for _, row in parse_jsonl(run / RESUMES_FILE) if isinstance(row, dict)]
+    rows = read_resumes(run)
     if not rows:
         return ""
     lines = []

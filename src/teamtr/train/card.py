@@ -8,7 +8,7 @@ from pathlib import Path
 
 from teamtr.atomic import atomic_write_text, read_json
 from teamtr.policy.card import model_card
-from teamtr.telemetry.log import RESUMES_FILE, parse_jsonl, read_config
+from teamtr.telemetry.log import read_config, read_resumes
 from teamtr.train.checkpoint import latest_checkpoint
 
 FINAL_EVAL_FILE = "final_eval.json"
@@ -27,6 +27,5 @@ def write_model_card(run_dir: str | Path, checkpoint: Path | None = None) -> Pat
     final = run_dir / FINAL_EVAL_FILE
     results = read_json(final, "final evaluation") if final.is_file() else None
     path = coordinator / "adapter" / "README.md"
-    resumes = [row for _, row in parse_jsonl(run_dir / RESUMES_FILE) if isinstance(row, dict)]
-    atomic_write_text(path, model_card(settings, str(base), read_config(run_dir), results, resumes))
+    atomic_write_text(path, model_card(settings, str(base), read_config(run_dir), results, read_resumes(run_dir)))
     return path

@@ -19,7 +19,7 @@ import torch
 from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import RESUMES_FILE, parse_jsonl
+from teamtr.telemetry.log import RESUMES_FILE, parse_jsonl, read_resumes
 from teamtr.train.checkpoint import newest_complete_checkpoint
 
 #: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
@@ -66,10 +66,7 @@ def record_resume(run_dir: Path, iteration: int, changes: Mapping[str, tuple[Any
     path = Path(run_dir) / RESUMES_FILE
     row = {"iteration": iteration, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
            "changed": {k: [old, new] for k, (old, new) in changes.items()}}
-    before = path.read_text(encoding="utf-8") if path.is_file() else ""
-    if before and not before.endswith("\n"):  # a last line cut short (the file copied or edited by hand) is dropped
-        before = before[: before.rfind("\n") + 1]
-    atomic_write_text(path, before + json.dumps(row) + "\n")
+    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in [*read_resumes(run_dir), row]))
     shown = ", ".join(f"{k} {old!r} -> {new!r}" for k, (old, new) in changes.items() if k != "run_dir")
     say(f"resume: from iteration {iteration}" + (f"; changed: {shown}" if shown else "")
         + f" (recorded in {path})")
