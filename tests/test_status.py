@@ -55,6 +55,9 @@ def test_running_cloning_and_done_runs(tmp_path):
     row = run_status(done)
     assert (row["state"], row["phase"], row["final_success"]) == ("done", "done", 0.75)
     assert "seconds_left" not in row
+    suite = {"trained @ heldout": {"success": 1.0}, "trained @ engineers=3": {"success": 1.0},
+             "trained @ names=heldout": {"success": 0.565}, "oracle @ heldout": {"success": 1.0}}
+    assert run_status(_run(tmp_path / "g", iterations=2, seconds=[10.0], final=suite))["final_success"] == 1.0
     first = _run(tmp_path / "d", iterations=30, seconds=[])  # RL alone, its first iteration under way
     assert run_status(first)["phase"] == "iteration 0/30" and "seconds_left" not in run_status(first)
     table = _run(tmp_path / "c", iterations=2, seconds=[10.0, 10.0])  # trained, its table not yet written
@@ -70,6 +73,9 @@ def test_a_curriculum_run_says_the_stage_its_last_iteration_trained_on(tmp_path)
         line["curriculum/stage"] = stage
     (run / "metrics.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
     assert run_status(run)["phase"] == "iteration 3/30, stage 2/2"  # moved on to the task itself
+    assert run_status(run)["seconds_left"] == pytest.approx(27 * 60.0)
+    paced = _run(tmp_path / "s", iterations=10, seconds=[300.0] * 4 + [100.0, 120.0, 110.0, 90.0, 100.0])
+    assert run_status(paced)["seconds_left"] == pytest.approx(100.0)  # the last 5's median, not all 9's (120)
     plain = _run(tmp_path / "p", iterations=30, seconds=[60.0])
     assert run_status(plain)["phase"] == "iteration 1/30"
 

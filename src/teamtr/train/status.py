@@ -1,8 +1,8 @@
 """Where each run stands: ``teamtr status [DIR ...]`` finds the run directories under the paths given
 (``runs/`` by default; a sweep's ``seed_N`` folders included) and says, per run, whether a trainer is
 in it now, how far it got (cloning step, iteration of how many and the curriculum stage, the end-of-run
-table), its latest sampled and held-out success, the final table's, the time spent and, by the median
-iteration, the time left. Read-only: it reads ``config.yaml``, ``metrics.jsonl`` and ``final_eval.json``
+table), its latest sampled and held-out success, the final table's, the time spent and, by the median of the
+recent iterations, the time left. Read-only: it reads ``config.yaml``, ``metrics.jsonl`` and ``final_eval.json``
 and probes the run's lock without taking it.
 """
 
@@ -19,6 +19,7 @@ from teamtr.telemetry.log import config_value, metric_series, read_config, read_
 from teamtr.train.lock import lock_holder
 
 FINAL_EVAL_FILE = "final_eval.json"
+RECENT = 5  # iterations whose median time estimates the time left
 SKIP = {"checkpoints", "bc", "tb", "report", "compare"}  # folders inside a run that are not runs
 
 
@@ -73,7 +74,9 @@ def run_status(run: Path) -> dict[str, Any]:
         if stages and trained_on is not None:  # the curriculum stage the last iteration trained on (the task: last)
             out["phase"] += f", stage {int(trained_on) + 1}/{len(stages) + 1}"
     if seconds and isinstance(total, int) and done_it < total and not final.is_file():
-        out["seconds_left"] = statistics.median(seconds) * (total - done_it)
+        # the recent iterations' pace: a curriculum's stages differ in cost (software_team_ppo's first: ~6 min an
+        # iteration on a 2-core CPU, the task ~4)
+        out["seconds_left"] = statistics.median(seconds[-RECENT:]) * (total - done_it)
     return out
 
 
@@ -83,16 +86,21 @@ def _last(records: list[dict[str, Any]], key: str, kind: str) -> float | None:
 
 
 def _final_success(path: Path) -> float | None:
-    """The trained row's success in ``final_eval.json`` (the mean of a per-layout table's trained rows)."""
+    """The trained row's success in ``final_eval.json``: the plain or held-out-seeds row where there is one
+    (a generalisation suite's other rows, one agent more or held-out names, are tests beside it, not part
+    of it), else the mean of a per-layout table's trained rows."""
     if not path.is_file():
         return None
     try:
         rows = json.loads(path.read_text())["rows"]
     except (ValueError, KeyError, TypeError):
         return None
-    trained = [r["success"] for name, r in rows.items()
-               if name.split(" @ ")[0] == "trained" and isinstance(r, dict) and "success" in r]
-    return sum(trained) / len(trained) if trained else None
+    trained = {name: r["success"] for name, r in rows.items()
+               if name.split(" @ ")[0] == "trained" and isinstance(r, dict) and "success" in r}
+    for headline in ("trained", "trained @ heldout"):
+        if headline in trained:
+            return trained[headline]
+    return sum(trained.values()) / len(trained) if trained else None
 
 
 def format_status(rows: list[dict[str, Any]]) -> str:
