@@ -192,3 +192,33 @@ def test_oracle_wins_with_fresh_words_and_random_matches_default_words():
         rate = [summarize(run_episodes("software-team", o, baseline("random"), seeds))["success"]
                 for o in (options, fresh)]
         assert rate[0] == rate[1] <= 0.25  # the same episodes, renamed
+
+
+def test_generic_task_text_names_nothing_and_is_one_text_for_every_episode_and_name_set():
+    """task_text: generic: one static prefix for fresh and held-out names (the state lists the agents and
+    the work); no word of either fixed vocabulary or of the episode's own draw; the episodes are those of
+    the full text, step for step."""
+    fixed = vocabulary.forbidden_words(*([t for part in VOCAB[v].values() for t in part.values()]
+                                         for v in ("default", "heldout")))
+    tasks = set()
+    for names in ("fresh", "heldout", "default"):
+        world = make("software-team", names=names, task_text="generic")
+        for seed in range(20):
+            world.reset(seed)
+            own = vocabulary.words([t for part in world.vocab.values() for t in part.values()] + world.agents)
+            task = set(re.split(r"[^a-z0-9]+", world.task.lower()))
+            assert not task & (fixed | own) - vocabulary.RESERVED - {""}  # scaffolding: "tick", "bug", "the"
+            tasks.add(world.task)
+    assert len(tasks) == 1 and "Finish by tick 18." in next(iter(tasks))
+    full, generic = Team(make("software-team", names="fresh")), Team(make("software-team", names="fresh", task_text="generic"))
+    for seed in range(10):
+        a, b, done = full.reset(seed), generic.reset(seed), False
+        assert "Work order: " in a.task and a.task != b.task
+        while not done:
+            assert (a.state, [c.text for c in a.candidates], a.expert) == (b.state, [c.text for c in b.candidates], b.expert)
+            a, ra, done, _ = full.step(a.expert)
+            b, rb, _, _ = generic.step(b.expert)
+            assert ra == rb
+    assert "Finish by tick 17." in make("software-team", engineers=4, task_text="generic").task  # its own deadline
+    with pytest.raises(TeamTRError, match="task_text='short' is not allowed; allowed: full, generic"):
+        make("software-team", task_text="short")

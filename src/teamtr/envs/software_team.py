@@ -106,7 +106,10 @@ class SoftwareTeamWorld:
     Options: ``engineers`` (1-4), ``names`` (``default`` | ``heldout`` | ``fresh``: new role and
     work-item words drawn at every ``reset(seed)``, the same for the same seed), ``bug_rate`` (0-1),
     ``deadline`` (ticks; default ``deadline_for(engineers)``: the oracle's longest plan plus slack),
-    ``compliance`` (0-1, the probability a role agent takes up a valid directive).
+    ``compliance`` (0-1, the probability a role agent takes up a valid directive), ``task_text``
+    (``full``: the task names the roles and the work order; ``generic``: it names none of them, the state
+    lists the agents and the ready, done and waiting work, so every episode and name set with the same
+    deadline shares one static prefix: with ``names: fresh`` no pass re-encodes a prefix per episode).
     """
 
     name = "software-team"
@@ -120,8 +123,10 @@ class SoftwareTeamWorld:
         bug_rate: float = 0.5,
         deadline: int | None = None,
         compliance: float = 1.0,
+        task_text: str = "full",
     ) -> None:
         check_int(self.name, "engineers", engineers, 1, 4)
+        self.task_text = check_choice(self.name, "task_text", task_text, ("full", "generic"))
         self.names = check_choice(self.name, "names", names, NAMES)
         self.bug_rate = check_float(self.name, "bug_rate", bug_rate, 0.0, 1.0)
         self.compliance = check_float(self.name, "compliance", compliance, 0.0, 1.0)
@@ -147,6 +152,14 @@ class SoftwareTeamWorld:
         self.agents = [roles["pm"], roles["architect"], *self.engineers, roles["qa"]]
         self.skill = {roles["pm"]: "pm", roles["architect"]: "architect", roles["qa"]: "qa"}
         self.skill.update(dict.fromkeys(self.engineers, "engineer"))
+        if self.task_text == "generic":  # the state names the agents and the work; this text is the same for all
+            self.task = (
+                f"Software project: the state lists each agent and what it does. Finish by tick {self.deadline}. "
+                "A task starts once the tasks it needs are done; the state shows the ready ones with their "
+                "progress and what is waiting. Two agents paired on one task go twice as fast. A bug may send "
+                "a finished task back. Agents keep their directive until given another."
+            )
+            return
         chain = " -> ".join(names[k] for k in ("prd", "design")) + f" -> {names['api']} and " \
             f"{names['ui']} -> " + " -> ".join(names[k] for k in ("integration", "tests", "release"))
         self.task = (
