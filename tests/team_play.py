@@ -21,3 +21,17 @@ def play(world: World, coordinator: str, seed: int) -> list[str]:
         state, _, done, _ = team.step(choice)
         texts.append(state.state)
     return texts
+
+
+def assert_same_play_but_the_task(a: World, b: World, seeds: range) -> None:
+    """Two worlds that differ only in their task text: under the expert, every decision's state,
+    candidates and expert choice and every reward are the same, and the task texts differ."""
+    one, two = Team(a), Team(b)
+    for seed in seeds:
+        x, y, done = one.reset(seed), two.reset(seed), False
+        assert x.task != y.task
+        while not done:
+            assert (x.state, [c.text for c in x.candidates], x.expert) == (y.state, [c.text for c in y.candidates], y.expert)
+            x, rx, done, _ = one.step(x.expert)
+            y, ry, _, _ = two.step(y.expert)
+            assert rx == ry
