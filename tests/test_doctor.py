@@ -358,6 +358,7 @@ def test_a_collapse_to_the_noop_is_flagged_with_its_shares_returns_and_the_check
     assert evidence["return_failed_trying"] == pytest.approx(-16.0)
     assert "(see the two returns above)" in findings[0].causes[0]
     assert "checkpoints/iter_000005, the policy that sampled iteration 6" in findings[0].remedies[1]
+    assert "`teamtr branch RUN --at 5`" in findings[0].remedies[1] and "--resume RUN-at5" in findings[0].remedies[1]
     assert [str(c) for c in findings[0].changes] == ["algo.lr: lower 0.001 -> 0.0003",
                                                      "rewards.weights.idle: strengthen -0.05 -> -0.2"]
     # an earlier curriculum stage's episodes (another world: longer, lower returns) are not compared

@@ -6,6 +6,7 @@ examples:
   teamtr train --config default                           BC warm-up + PPO on escape-room (shipped config)
   teamtr train --config my.yaml --set rollout.episodes=32
   teamtr train --resume runs/default                      continue from the last complete checkpoint
+  teamtr branch runs/default --at 16                      a new run from iteration 16's checkpoint (runs/default-at16)
   teamtr eval --policy oracle random --env software-team --set env.engineers=4 --episodes 500
   teamtr eval --checkpoint runs/default --suite generalisation --episodes 200
   teamtr report runs/default ; teamtr doctor runs/default ; teamtr status
@@ -464,6 +465,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     return 1 if findings and args.strict else 0
 
 
+def cmd_branch(args: argparse.Namespace) -> int:
+    from teamtr.train.branch import branch_run
+
+    branch_run(Path(args.run_dir), args.at, Path(args.to) if args.to else None)
+    return 0
+
+
 def cmd_play(args: argparse.Namespace) -> int:
     """Play one episode as the coordinator (``teamtr.play``); with ``--checkpoint`` the trained
     coordinator shows its top 3 each tick, and with ``--auto`` plays on its own."""
@@ -588,6 +596,12 @@ def build_parser() -> argparse.ArgumentParser:
               "  teamtr status                 every run under runs/\n  teamtr status runs/sweep-default\n", cmd_status)
     st.add_argument("paths", nargs="*", help="runs or folders of runs (default: runs)")
     st.add_argument("--json", action="store_true", help="print JSON, one object per run")
+    br = _sub(sub, "branch", "a new run standing at an earlier checkpoint of a run (to continue it another way)",
+              "  teamtr branch runs/default --at 16                 makes runs/default-at16\n"
+              "  teamtr train --resume runs/default-at16 --set algo.lr=3e-4\n", cmd_branch)
+    br.add_argument("run_dir")
+    br.add_argument("--at", type=int, required=True, metavar="N", help="the iteration whose checkpoint to start from")
+    br.add_argument("--to", metavar="DIR", help="the new run's directory (default: RUN_DIR-atN)")
     play = _sub(sub, "play", "be the coordinator yourself, in the terminal, or watch a trained one",
                 "  teamtr play escape-room --set env.names=heldout\n"
                 "  teamtr play --checkpoint runs/default          its top 3 suggestions each tick\n"

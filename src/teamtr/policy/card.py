@@ -71,10 +71,13 @@ def model_card(settings: Mapping[str, Any], base: str, config: Mapping[str, Any]
         lines += ["## Training", "", f"World: `{_get(config, 'env.name')}`"
                   + (f" with {', '.join(f'{k}={v}' for k, v in options.items())}" if options else ""), ""]
         lines += [f"- `{key}`: {_get(config, key)}" for key in CARD_KEYS if _get(config, key) is not None]
-        changed = [(row.get("iteration"), row.get("changed") or {}) for row in resumes]
-        lines += [f"- resumed at iteration {it} with "
-                  + ", ".join(f"`{k}` {before} -> {after}" for k, (before, after) in sorted(keys.items()))
-                  for it, keys in changed if {k for k in keys if k != "run_dir"}]
+        for row in resumes:
+            keys = row.get("changed") or {}
+            if row.get("branched_from"):
+                lines.append(f"- branched from `{row['branched_from']}` at iteration {row.get('iteration')}")
+            elif {k for k in keys if k != "run_dir"}:
+                lines.append(f"- resumed at iteration {row.get('iteration')} with "
+                             + ", ".join(f"`{k}` {before} -> {after}" for k, (before, after) in sorted(keys.items())))
         lines.append("")
     rows = (results or {}).get("rows")
     if rows:

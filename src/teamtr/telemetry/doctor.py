@@ -585,8 +585,8 @@ def _do_nothing(records: list[dict[str, Any]], config: Mapping[str, Any] | None,
         evidence["return_failed_trying"] = statistics.fmean(tried)
     # checkpoint iter_N holds the policy after iteration N's update: iteration best_at sampled iter_{best_at - 1}'s
     restart = (f"go back to checkpoints/iter_{best_at - 1:06d}, the policy that sampled iteration {best_at} (if "
-               "train.keep_checkpoints kept it): copy the run without its newer checkpoints and resume the copy "
-               "with a smaller algo.lr (algo.lr may change on resume)"
+               f"train.keep_checkpoints kept it): `teamtr branch RUN --at {best_at - 1}` makes a run standing there, "
+               f"and `teamtr train --resume RUN-at{best_at - 1} --set algo.lr=...` continues it with a smaller step"
                if best_at > 1 else "start again with a smaller algo.lr")
     safer = evidence.get("return_failed_doing_nothing", -math.inf) > evidence.get("return_failed_trying", math.inf)
     return Finding(

@@ -229,7 +229,8 @@ _STYLE = (
 
 def _resumes(run: Path) -> str:
     """The run's resumes (``resumes.jsonl``): the iteration each went on from and the settings it changed,
-    before -> after, since the config below holds only the latest; empty for a run never resumed."""
+    before -> after, since the config below holds only the latest, and the run it branched from (``teamtr
+    branch``); empty for a run never resumed."""
     rows = read_resumes(run)
     if not rows:
         return ""
@@ -237,6 +238,8 @@ def _resumes(run: Path) -> str:
     for row in rows:
         changed = row.get("changed") or {}
         text = "; ".join(f"{k}: {before!r} -> {after!r}" for k, (before, after) in changed.items()) or "nothing"
+        if row.get("branched_from"):  # teamtr branch: this run began as a copy of another at that iteration
+            text = f"branched from {row['branched_from']}"
         lines.append(f"<tr><td>{html.escape(str(row.get('iteration', '')))}</td><td>{html.escape(str(row.get('time', '')))}"
                      f"</td><td>{html.escape(text)}</td></tr>")
     return ("<h2>Resumes</h2><table><tr><th>from iteration</th><th>time</th><th>settings changed</th></tr>"

@@ -28,6 +28,10 @@ RESUMABLE = ("train.iterations", "train.eval_", "train.checkpoint_every", "train
              "rollout.backend", "rollout.workers", "rollout.lockstep", "rollout.ray_address")
 
 
+#: Metric kinds a resume never cuts back (numbered on their own axis: behaviour cloning's and role tuning's steps).
+KEEP_KINDS = ("bc", "roles")
+
+
 def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for k, v in tree.items():

@@ -48,7 +48,7 @@ from teamtr.train.ray_rollout import TeamRecipe
 from teamtr.train.replay import ReplayTerm, SuccessReplay
 from teamtr.train.free_text import FreeTextActor
 from teamtr.train.whole_team import TokenActor, WholeTeamActor, token_update
-from teamtr.train.resume import (check_resume_config, load_algo_state, record_resume, resume_checkpoint,
+from teamtr.train.resume import (KEEP_KINDS, check_resume_config, load_algo_state, record_resume, resume_checkpoint,
                                  truncate_transcripts)
 
 #: Consecutive iterations whose every update step was skipped (non-finite loss or gradient) before
@@ -236,7 +236,7 @@ class Trainer:
         c = self.config
         self.logger = RunLogger(self.run_dir, tensorboard=c.log.tensorboard, wandb=c.log.wandb,
                                 wandb_project=c.log.wandb_project, config=c.model_dump(mode="json"),
-                                resume_iteration=resume_at, keep_kinds=("bc", "roles"))
+                                resume_iteration=resume_at, keep_kinds=KEEP_KINDS)
         if resume_at is not None:
             truncate_transcripts(self.run_dir, resume_at)
             record_resume(self.run_dir, resume_at, self.resume_changes)
