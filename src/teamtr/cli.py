@@ -31,6 +31,7 @@ from teamtr.atomic import atomic_write_text, write_json
 from teamtr.config import Config, dump_config, load_config, shipped_configs
 from teamtr.core import TeamTRError
 from teamtr.envs import info, make, names, options
+from teamtr.telemetry.log import EVAL_TRANSCRIPTS_FILE, FINAL_EVAL_FILE, FINAL_PARTIAL_FILE
 from teamtr.eval import policies as eval_policies
 from teamtr.eval.suites import eval_options, evaluate_table, suites, table_columns
 from teamtr.eval.team_agents import agent_factory, check_team
@@ -246,7 +247,7 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     off = config.train.eval_seed_offset
     run_dir = Path(config.run_dir)
     # A table killed part-way (a session's end) resumes at the next policy: each finished policy's rows
-    # and episodes are kept in FINAL_PARTIAL, valid only for the same trained iteration and table.
+    # and episodes are kept in FINAL_PARTIAL_FILE, valid only for the same trained iteration and table.
     key = json.loads(json.dumps({"iteration": trainer.iteration, "episodes": counts, "seed_offset": off,
                                  "suites": table_suites, "policies": list(policies)}, default=str))
     rows, transcripts = _play_final_table(trainer, config, policies, counts, table_suites, key)
@@ -254,23 +255,23 @@ def final_table(trainer: Any, config: Config) -> dict[str, dict[str, float]]:
     print(f"\n{env}: held-out seeds from {off} ({shown} episodes)")
     columns = table_columns(env)
     print(format_table(rows, columns))
-    atomic_write_text(run_dir / "eval_transcripts.jsonl", "".join(json.dumps(t) + "\n" for t in transcripts))
-    write_json(run_dir / "final_eval.json", {"episodes": counts, "columns": list(columns), "rows": rows})
-    (run_dir / FINAL_PARTIAL).unlink(missing_ok=True)
+    atomic_write_text(run_dir / EVAL_TRANSCRIPTS_FILE, "".join(json.dumps(t) + "\n" for t in transcripts))
+    write_json(run_dir / FINAL_EVAL_FILE, {"episodes": counts, "columns": list(columns), "rows": rows})
+    (run_dir / FINAL_PARTIAL_FILE).unlink(missing_ok=True)
     return rows
 
 
 def _play_final_table(trainer: Any, config: Config, policies: dict[str, Any], counts: dict[str, int],
                       table_suites: Any, key: dict[str, Any]) -> tuple[dict[str, dict[str, float]], list[Any]]:
     """Each policy's rows and episodes of the end-of-run table, a policy at a time; a finished policy is
-    saved to FINAL_PARTIAL at once, and one already there for the same ``key`` is not played again."""
+    saved to FINAL_PARTIAL_FILE at once, and one already there for the same ``key`` is not played again."""
     run_dir, off = Path(config.run_dir), config.train.eval_seed_offset
-    partial = _read_partial_table(run_dir / FINAL_PARTIAL, key)
+    partial = _read_partial_table(run_dir / FINAL_PARTIAL_FILE, key)
     rows: dict[str, dict[str, float]] = {}
     transcripts: list[dict[str, Any]] = []  # every episode, for the report's episode viewer
     for name, policy in policies.items():
         if name in partial:
-            print(f"final table: {name} rows kept from the interrupted table ({FINAL_PARTIAL})")
+            print(f"final table: {name} rows kept from the interrupted table ({FINAL_PARTIAL_FILE})")
             rows.update(partial[name]["rows"])
             transcripts.extend(partial[name]["transcripts"])
             continue
@@ -283,12 +284,11 @@ def _play_final_table(trainer: Any, config: Config, policies: dict[str, Any], co
             rows.update(done)
             transcripts.extend(episodes)
             partial[name] = {"rows": done, "transcripts": episodes}
-            write_json(run_dir / FINAL_PARTIAL, {"key": key, "done": partial})
+            write_json(run_dir / FINAL_PARTIAL_FILE, {"key": key, "done": partial})
     return rows, transcripts
 
 
 #: the end-of-run table's finished policies while it is being played (removed once final_eval.json is written)
-FINAL_PARTIAL = "final_eval.partial.json"
 
 
 def _read_partial_table(path: Path, key: dict[str, Any]) -> dict[str, Any]:
@@ -337,7 +337,7 @@ def _finished_iterations(run: Path) -> int | None:
     checkpoint's; 0 when it kept none, e.g. cloning alone); None while it has no table."""
     from teamtr.train.checkpoint import checkpoint_iteration, latest_checkpoint
 
-    if not (run / "final_eval.json").is_file():
+    if not (run / FINAL_EVAL_FILE).is_file():
         return None
     newest = latest_checkpoint(run)
     return 0 if newest is None else checkpoint_iteration(newest)

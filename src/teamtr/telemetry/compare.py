@@ -34,7 +34,7 @@ from typing import Any
 
 from teamtr.atomic import atomic_write_text, read_json, write_json
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
+from teamtr.telemetry.log import FINAL_EVAL_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir
 
 SUCCESS = "episode/success"
 CURVES: tuple[tuple[str, str, str], ...] = (  # (file, metric, kind)
@@ -96,7 +96,7 @@ def _final_row(run: Path) -> dict[str, Any]:
     """The end-of-run table's trained row (greedy, held-out seeds), or {} before it is written. A table
     with one trained row per suite (``trained @ layout=X``: a run over several layouts) gives the mean
     of each metric over those rows, every suite weighing the same."""
-    final = run / "final_eval.json"
+    final = run / FINAL_EVAL_FILE
     if not final.is_file():
         return {}
     rows = read_json(final, "final table")["rows"]

@@ -51,8 +51,9 @@ from typing import Any
 from teamtr.config import default_reward_weight
 from teamtr.core import NOOP
 from teamtr.rl import AlgoConfig
-from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics, require_run_dir
-from teamtr.telemetry.viewer import TRANSCRIPTS_FILE, read_episodes
+from teamtr.telemetry.log import (TRANSCRIPTS_FILE, config_value, metric_series, read_config, read_metrics,
+                                  require_run_dir)
+from teamtr.telemetry.viewer import read_episodes
 
 OSC_MIN_ITERATIONS = 8
 OSC_SMOOTH = 3  # centred mean window: damps the sampling noise of a few episodes per iteration

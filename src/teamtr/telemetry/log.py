@@ -30,10 +30,14 @@ from teamtr.atomic import atomic_write_text
 from teamtr.core import TeamTRError
 
 METRICS_FILE = "metrics.jsonl"
+TRANSCRIPTS_FILE = "transcripts.jsonl"  # training episodes (log.transcripts a rollout; the report's viewer)
 CONFIG_FILE = "config.yaml"
 RESUMES_FILE = "resumes.jsonl"  # each resume: its iteration and the settings it changed (train/resume.py)
 TENSORBOARD_DIR = "tb"
 WANDB_ID_FILE = "wandb_id.txt"
+FINAL_EVAL_FILE = "final_eval.json"  # the end-of-run table (cli.final_table)
+FINAL_PARTIAL_FILE = "final_eval.partial.json"  # the policies a table stopped part-way has played
+EVAL_TRANSCRIPTS_FILE = "eval_transcripts.jsonl"  # the end-of-run table's episodes (the report's viewer)
 KINDS: tuple[str, ...] = ("train", "eval", "bc", "roles")  # roles: the LLM role agents' tuning (train/roles.py)
 
 

@@ -25,7 +25,7 @@ from teamtr.atomic import atomic_write_text, read_json
 from teamtr.core import TeamTRError
 from teamtr.telemetry.doctor import rolling_mean
 from teamtr.telemetry.log import (
-    CONFIG_FILE, config_value, metric_series, read_config, read_metrics, read_resumes, require_run_dir,
+    CONFIG_FILE, FINAL_EVAL_FILE, config_value, metric_series, read_config, read_metrics, read_resumes, require_run_dir,
 )
 from teamtr.telemetry.metrics import METRICS, spread_columns, with_spread
 from teamtr.telemetry.viewer import DEFAULT_LIMITS, ViewerLimits, viewer_css, viewer_section
@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 REPORT_DIR = "report"
-FINAL_EVAL_FILE = "final_eval.json"
 EVAL_COLUMNS: tuple[str, ...] = (
     "eval/success", "eval/return", "eval/length", "eval/conflicts",
     "eval/idle_rate", "eval/comm_effectiveness", "eval/invalid_rate",

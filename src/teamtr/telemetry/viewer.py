@@ -40,8 +40,8 @@ from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
-TRANSCRIPTS_FILE = "transcripts.jsonl"
-EVAL_TRANSCRIPTS_FILE = "eval_transcripts.jsonl"
+from teamtr.telemetry.log import EVAL_TRANSCRIPTS_FILE, TRANSCRIPTS_FILE
+
 _STEP_TEXT_KEYS = ("state", "directive")
 _STEP_LIST_KEYS = ("history", "candidates", "events")
 

@@ -22,14 +22,15 @@ from typing import Callable
 from teamtr.atomic import atomic_write_text
 from teamtr.config import dump_config, load_config
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import (CONFIG_FILE, METRICS_FILE, RESUMES_FILE, WANDB_ID_FILE, read_resumes,
-                                  require_run_dir, truncate_metrics)
+from teamtr.telemetry.log import (CONFIG_FILE, EVAL_TRANSCRIPTS_FILE, FINAL_EVAL_FILE, FINAL_PARTIAL_FILE, METRICS_FILE,
+                                  RESUMES_FILE, TENSORBOARD_DIR, WANDB_ID_FILE, read_resumes, require_run_dir,
+                                  truncate_metrics)
 from teamtr.train.checkpoint import PREFIX, checkpoint_iteration, list_checkpoints, validate_checkpoint
 from teamtr.train.resume import KEEP_KINDS, truncate_transcripts
 
 #: What a branch does not copy: they describe the original's later iterations or its own process.
-LEFT_BEHIND = ("checkpoints", "report", "tb", "final_eval.json", "final_eval.partial.json",
-               "eval_transcripts.jsonl", WANDB_ID_FILE, RESUMES_FILE, ".lock")
+LEFT_BEHIND = ("checkpoints", "report", TENSORBOARD_DIR, FINAL_EVAL_FILE, FINAL_PARTIAL_FILE, EVAL_TRANSCRIPTS_FILE,
+               WANDB_ID_FILE, RESUMES_FILE, ".lock")
 
 
 def branch_run(run: Path, at: int, to: Path | None = None, say: Callable[[str], None] = print) -> Path:

@@ -8,10 +8,9 @@ from pathlib import Path
 
 from teamtr.atomic import atomic_write_text, read_json
 from teamtr.policy.card import model_card
-from teamtr.telemetry.log import read_config, read_resumes
+from teamtr.telemetry.log import FINAL_EVAL_FILE, read_config, read_resumes
 from teamtr.train.checkpoint import latest_checkpoint
 
-FINAL_EVAL_FILE = "final_eval.json"
 
 
 def write_model_card(run_dir: str | Path, checkpoint: Path | None = None) -> Path | None:

@@ -19,7 +19,7 @@ import torch
 from teamtr.atomic import atomic_write_text
 from teamtr.config import Config, load_config
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import RESUMES_FILE, parse_jsonl, read_resumes
+from teamtr.telemetry.log import RESUMES_FILE, TRANSCRIPTS_FILE, parse_jsonl, read_resumes
 from teamtr.train.checkpoint import newest_complete_checkpoint
 
 #: Config keys (exact, or a prefix ending in ".") that may differ on resume; everything else is refused.
@@ -94,7 +94,7 @@ def resume_checkpoint(run_dir: Path, say: Callable[[str], None] = print) -> Path
 def truncate_transcripts(run_dir: Path, iteration: int) -> None:
     """Keep the transcript lines of iterations <= ``iteration``; a torn last line (a kill mid-write)
     is dropped, a bad line elsewhere is an error naming the file and line."""
-    path = Path(run_dir) / "transcripts.jsonl"
+    path = Path(run_dir) / TRANSCRIPTS_FILE
     if path.exists():
         keep = [row for _, row in parse_jsonl(path) if row.get("iteration", 0) <= iteration]
         atomic_write_text(path, "".join(json.dumps(row) + "\n" for row in keep))

@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import config_value, metric_series, read_config, read_metrics
+from teamtr.telemetry.log import FINAL_EVAL_FILE, config_value, metric_series, read_config, read_metrics
 from teamtr.train.lock import lock_holder
 
-FINAL_EVAL_FILE = "final_eval.json"
 RECENT = 5  # iterations whose median time estimates the time left
 SKIP = {"checkpoints", "bc", "tb", "report", "compare"}  # folders inside a run that are not runs
 

@@ -16,12 +16,13 @@ from pathlib import Path
 from typing import Any
 
 from teamtr.core import TeamTRError
+from teamtr.telemetry.log import FINAL_EVAL_FILE
 from teamtr.train.interrupt import Terminated
 
 
 def sweep_summary(runs: dict[int, Path]) -> dict[str, Any]:
     """Per policy and metric: mean, std (population) and the per-seed values of the runs' final tables."""
-    finals = {seed: json.loads((run / "final_eval.json").read_text())["rows"] for seed, run in runs.items()}
+    finals = {seed: json.loads((run / FINAL_EVAL_FILE).read_text())["rows"] for seed, run in runs.items()}
     rows: dict[str, dict[str, dict[str, Any]]] = {}
     for policy in next(iter(finals.values()), {}):
         for metric in finals[next(iter(finals))][policy]:

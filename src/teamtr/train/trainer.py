@@ -30,7 +30,7 @@ from teamtr.policy.scoring import double_backward_attention
 from teamtr.rl import PPO, AlgoConfig, Algorithm, Rollout, make_algorithm
 from teamtr.team import Team, TeamState
 from teamtr.telemetry.doctor import all_steps_skipped
-from teamtr.telemetry.log import RunLogger, read_metrics
+from teamtr.telemetry.log import METRICS_FILE, TRANSCRIPTS_FILE, RunLogger, read_metrics
 from teamtr.telemetry.metrics import headline_metrics, summarize
 from teamtr.telemetry.progress import Progress, iteration_stats, say
 from teamtr.train import bc as bc_mod
@@ -231,7 +231,7 @@ class Trainer:
         with uninterrupted():
             atomic_write_text(self.run_dir / "config.yaml", dump_config(self.config))
         if resume and resume_at is None:
-            for f in ("metrics.jsonl", "transcripts.jsonl"):
+            for f in (METRICS_FILE, TRANSCRIPTS_FILE):
                 (self.run_dir / f).unlink(missing_ok=True)
         c = self.config
         self.logger = RunLogger(self.run_dir, tensorboard=c.log.tensorboard, wandb=c.log.wandb,
@@ -569,7 +569,7 @@ class Trainer:
     def _write_transcripts(self, iteration: int, transcripts: list[dict[str, Any]]) -> None:
         if not self.dist.is_main:
             return
-        with uninterrupted(), open(self.run_dir / "transcripts.jsonl", "a", encoding="utf-8") as f:
+        with uninterrupted(), open(self.run_dir / TRANSCRIPTS_FILE, "a", encoding="utf-8") as f:
             for t in transcripts:
                 f.write(json.dumps({"iteration": iteration, **t}) + "\n")
 
