@@ -14,6 +14,7 @@ replays the original's next iterations exactly (resume is exact).
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import time
 from pathlib import Path
@@ -66,7 +67,7 @@ def branch_run(run: Path, at: int, to: Path | None = None, say: Callable[[str], 
         truncate_transcripts(tmp, at)
         rows = [r for r in read_resumes(run) if int(r.get("iteration", 0)) <= at]
         rows.append({"iteration": at, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "changed": {},
-                     "branched_from": str(run)})
+                     "branched_from": os.path.abspath(run)})  # absolute: the branch may live elsewhere
         atomic_write_text(tmp / RESUMES_FILE, "".join(json.dumps(r) + "\n" for r in rows))
         tmp.rename(to)
     finally:
