@@ -87,9 +87,10 @@ def test_greedy_reach_reads_the_held_out_evaluations_and_the_warm_up_alone(tmp_p
 def test_sweeps_group_by_directory_and_table_is_mean_std(tmp_path: Path) -> None:
     _run(tmp_path / "sweep-ppo" / "seed_0", [0.2, 1.0])
     _run(tmp_path / "sweep-ppo" / "seed_1", [0.4, 0.6])
+    _run(tmp_path / "sweep-ppo" / "seed_1-at1", [0.4, 0.0])  # teamtr branch's copy, beside the seeds: not one
     _run(tmp_path / "pg", [0.9, 0.1, 0.1])
     groups = group_runs([tmp_path / "sweep-ppo", tmp_path / "pg"])
-    assert {k: len(v) for k, v in groups.items()} == {"sweep-ppo": 2, "pg": 1}
+    assert {k: [p.name for p in v] for k, v in groups.items()} == {"sweep-ppo": ["seed_0", "seed_1"], "pg": ["pg"]}
     table = summarise(groups)
     assert table["sweep-ppo"]["final"]["mean"] == pytest.approx(0.8)
     assert table["sweep-ppo"]["final"]["std"] == pytest.approx(0.2)

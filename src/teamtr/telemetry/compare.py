@@ -27,6 +27,7 @@ it. The table gives, per group, mean ± std over runs of:
 from __future__ import annotations
 
 import math
+import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
@@ -34,7 +35,8 @@ from typing import Any
 
 from teamtr.atomic import atomic_write_text, read_json, write_json
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import FINAL_EVAL_FILE, config_value, metric_series, read_config, read_metrics, require_run_dir
+from teamtr.telemetry.log import (FINAL_EVAL_FILE, METRICS_FILE, config_value, metric_series, read_config, read_metrics,
+                                  require_run_dir)
 
 SUCCESS = "episode/success"
 CURVES: tuple[tuple[str, str, str], ...] = (  # (file, metric, kind)
@@ -248,18 +250,23 @@ def table_markdown(table: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _seed_runs(folder: Path) -> list[Path]:
+    """``folder``'s ``seed_N`` run directories (not ``seed_1-at16``, a branch of one: ``teamtr branch``)."""
+    return sorted(p for p in folder.glob("seed_*") if p.is_dir() and re.fullmatch(r"seed_\d+", p.name)) \
+        if folder.is_dir() else []
+
+
 def _members(run: Path) -> list[Path]:
     """A sweep directory (holding ``seed_N`` runs, no metrics of its own) stands for its runs."""
-    members = sorted(p for p in run.glob("seed_*") if p.is_dir())
-    return members if members and not (run / "metrics.jsonl").exists() else [run]
+    members = _seed_runs(run)
+    return members if members and not (run / METRICS_FILE).exists() else [run]
 
 
 def _grid_cells(run: Path) -> list[Path]:
     """The cells of a ``teamtr sweep --grid`` directory (sub-directories holding ``seed_N`` runs), or []."""
-    if (run / "metrics.jsonl").exists() or any(run.glob("seed_*")):
+    if (run / METRICS_FILE).exists() or _seed_runs(run) or not run.is_dir():
         return []
-    return sorted(p for p in run.iterdir() if p.is_dir() and any(q.is_dir() for q in p.glob("seed_*"))) \
-        if run.is_dir() else []
+    return sorted(p for p in run.iterdir() if p.is_dir() and _seed_runs(p))
 
 
 def group_runs(runs: Sequence[str | Path], labels: Sequence[str] | None = None) -> dict[str, list[Path]]:
