@@ -42,30 +42,42 @@ def _files(run: Path) -> dict[str, bytes]:
 
 def test_a_branch_stands_at_its_checkpoint_and_replays_the_original_exactly(tmp_path):
     run = tmp_path / "run"
-    _train(run, 3)
+    _train(run, 2)
+    _train(run, 3, True, "algo.lr=1e-5")  # resumed at 2 with a smaller step: config.yaml now says 1e-5
+    (run / "wandb").mkdir()  # where W&B keeps its own run (log.wandb): the original's, not the branch's
     before = _files(run)
     branch = branch_run(run, 1, say=lambda _: None)
     assert branch == tmp_path / "run-at1" and _files(run) == before  # the original is untouched
     assert [p.name for p in (branch / "checkpoints").iterdir()] == ["iter_000001"]
     ckpt = "checkpoints/iter_000001"
     assert {k: v for k, v in _files(branch).items() if k.startswith(ckpt)} == {k: v for k, v in before.items() if k.startswith(ckpt)}
-    assert load_config(branch / "config.yaml", []).run_dir == str(branch)
+    # the config the original trained on after iteration 1: the later resume's changes undone
+    config = load_config(branch / "config.yaml", [])
+    assert (config.run_dir, config.train.iterations) == (str(branch), 2)
+    assert "lr" not in config.algo.algo_options()  # absent before the resume set it: the algorithm's default
     assert [r["iteration"] for r in _lines(branch / "metrics.jsonl") if r["kind"] == "train"] == [1]
     assert {r["iteration"] for r in _lines(branch / "transcripts.jsonl")} == {1}
     assert [(r["iteration"], r["changed"], r["branched_from"]) for r in _lines(branch / "resumes.jsonl")] == [(1, {}, str(run))]
-    assert not (branch / "final_eval.json").exists() and not (branch / "report").exists()
-    # resumed unchanged: iterations 2 and 3 are the original's, line for line and weight for weight
-    _train(branch, 3, resume=True)
-    assert _comparable(branch) == _comparable(run)
-    adapter = "checkpoints/iter_000003/coordinator/adapter/adapter_model.safetensors"
-    assert (branch / adapter).read_bytes() == (run / adapter).read_bytes()
+    assert not (branch / "final_eval.json").exists() and not (branch / "report").exists() and not (branch / "wandb").exists()
+    # resumed unchanged: iteration 2 is the original's, line for line and weight for weight
+    _train(branch, 2, resume=True)
+    assert _comparable(branch) == _comparable(run)[:2]
+    adapter = "coordinator/adapter/adapter_model.safetensors"
+    assert (branch / "checkpoints/iter_000002" / adapter).read_bytes() == (run / "checkpoints/iter_000002" / adapter).read_bytes()
     assert [r["iteration"] for r in _lines(branch / "resumes.jsonl")] == [1, 1]  # the branch, then its resume
-    # another branch, resumed with a smaller step, goes its own way from iteration 2 on
+    # at 2 the change is the original's own (made there): the branch keeps it and replays iteration 3
+    at2 = branch_run(run, 2, say=lambda _: None)
+    assert load_config(at2 / "config.yaml", []).algo.algo_options()["lr"] == 1e-5
+    assert [r["changed"].get("algo.lr") for r in _lines(at2 / "resumes.jsonl")] == [[None, 1e-5], None]
+    _train(at2, 3, resume=True)
+    assert _comparable(at2) == _comparable(run)
+    assert (at2 / "checkpoints/iter_000003" / adapter).read_bytes() == (run / "checkpoints/iter_000003" / adapter).read_bytes()
+    # another branch at 1, resumed with a smaller step, goes its own way from iteration 2 on
     other = branch_run(run, 1, tmp_path / "lower", say=lambda _: None)
-    _train(other, 2, True, "algo.lr=1e-5")
+    _train(other, 2, True, "algo.lr=1e-6")
     assert _comparable(other)[0] == _comparable(run)[0] and _comparable(other)[1] != _comparable(run)[1]
     rows = _lines(other / "resumes.jsonl")
-    assert rows[-1]["changed"]["algo.lr"][1] == 1e-5 and rows[0]["branched_from"] == str(run)
+    assert rows[-1]["changed"]["algo.lr"][1] == 1e-6 and rows[0]["branched_from"] == str(run)
     page = write_report(other).read_text()
     assert f"<tr><td>1</td><td>{rows[0]['time']}</td><td>branched from {run}</td></tr>" in page
     card = model_card({}, "base", load_config(other / "config.yaml", []).model_dump(mode="json"), None, rows)
@@ -88,7 +100,14 @@ def test_branch_refuses_what_it_cannot_do_and_leaves_nothing_behind(tmp_path, ca
     damaged.write_text("{not json")
     with pytest.raises(TeamTRError, match="iter_000002 is damaged"):
         branch_run(run, 2)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "taken"]  # no half-made branch
+    # a failure after the copy began (a torn line inside transcripts.jsonl): nothing half-made is left
+    transcripts = run / "transcripts.jsonl"
+    good = transcripts.read_text()
+    transcripts.write_text("{torn\n" + good)
+    with pytest.raises(TeamTRError, match=r"transcripts\.jsonl"):
+        branch_run(run, 3, tmp_path / "half")
+    transcripts.write_text(good)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["run", "taken"]  # no half-made branch, no .tmp-half
     assert main(["branch", str(run), "--at", "3"]) == 0
     out = capsys.readouterr().out
     assert f"teamtr train --resume {tmp_path / 'run-at3'}" in out and (tmp_path / "run-at3" / "checkpoints" / "iter_000003").is_dir()

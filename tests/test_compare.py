@@ -195,3 +195,12 @@ def test_a_final_table_with_a_trained_row_per_layout_gives_their_mean(tmp_path: 
     (run / "final_eval.json").write_text(json.dumps({"rows": rows}))
     s = run_summary(run)
     assert s["final"] == 0.5 and s["final_return"] == 6.0
+    # leave-one-layout-out: the unseen layout is a test beside the trained ones, not part of their mean
+    rows["trained @ layout=c unseen"] = {"success": 0.0, "return": 0.0}
+    (run / "final_eval.json").write_text(json.dumps({"rows": rows}))
+    assert (run_summary(run)["final"], run_summary(run)["final_return"]) == (0.5, 6.0)
+    # a generalisation suite: the held-out-seeds row, not the mean with one agent more and held-out names
+    suite = {"trained @ heldout": {"success": 1.0, "return": 17.87}, "trained @ engineers=3": {"success": 1.0, "return": 14.39},
+             "trained @ names=heldout": {"success": 0.565, "return": 9.18}}
+    (run / "final_eval.json").write_text(json.dumps({"rows": suite}))
+    assert (run_summary(run)["final"], run_summary(run)["final_return"]) == (1.0, 17.87)

@@ -12,6 +12,7 @@ from teamtr.policy.backbone import load_backbone
 from teamtr.policy.coordinator import Coordinator
 from teamtr.telemetry.metrics import METRICS, EpisodeTracker, headline_metrics, summarize
 from teamtr.cli import format_table
+from teamtr.telemetry.log import FINAL_PARTIAL_FILE
 from teamtr.core import Directive, Event, TeamTRError
 
 SMALL = {"agents": 2, "items": 2, "max_steps": 6}
@@ -184,7 +185,7 @@ def test_an_interrupted_final_table_resumes_at_the_next_policy(tmp_path, monkeyp
     with Trainer(whole) as trainer:
         trainer.run()
         want = cli.final_table(trainer, whole)
-    assert not (tmp_path / "whole" / cli.FINAL_PARTIAL).exists()
+    assert not (tmp_path / "whole" / FINAL_PARTIAL_FILE).exists()
 
     cut = load_config(None, [*sets, f"run_dir={tmp_path / 'cut'}"])
     played: list[str] = []
@@ -204,7 +205,7 @@ def test_an_interrupted_final_table_resumes_at_the_next_policy(tmp_path, monkeyp
         trainer.run()
         with pytest.raises(RuntimeError, match="session ended"):
             cli.final_table(trainer, cut)
-    saved = json.loads((tmp_path / "cut" / cli.FINAL_PARTIAL).read_text())
+    saved = json.loads((tmp_path / "cut" / FINAL_PARTIAL_FILE).read_text())
     assert played == ["trained", "zero-shot", "random"] and list(saved["done"]) == ["trained", "zero-shot"]
     assert len(saved["done"]["trained"]["transcripts"]) == 3 and not (tmp_path / "cut" / "final_eval.json").exists()
 
@@ -216,11 +217,11 @@ def test_an_interrupted_final_table_resumes_at_the_next_policy(tmp_path, monkeyp
     assert got == want and list(got) == list(want)
     evals = [json.loads(x) for x in (tmp_path / "cut" / "eval_transcripts.jsonl").read_text().splitlines()]
     assert [e["policy"] for e in evals] == ["trained"] * 3 + ["zero-shot"] * 2 + ["random"] * 3 + ["oracle"] * 3
-    assert not (tmp_path / "cut" / cli.FINAL_PARTIAL).exists()
+    assert not (tmp_path / "cut" / FINAL_PARTIAL_FILE).exists()
 
     # a partial table from another iteration (the run trained on since) is replayed in full
     saved["key"]["iteration"] = 0
-    (tmp_path / "cut" / cli.FINAL_PARTIAL).write_text(json.dumps(saved))
+    (tmp_path / "cut" / FINAL_PARTIAL_FILE).write_text(json.dumps(saved))
     played.clear()
     with Trainer(cut, resume=True) as trainer:
         trainer.run()

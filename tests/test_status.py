@@ -50,7 +50,7 @@ def test_running_cloning_and_done_runs(tmp_path):
         lock.release()
     assert lock_holder(cloning) is None and run_status(cloning)["state"] == "stopped"
     layouts = {"trained @ layout=a": {"success": 1.0}, "trained @ layout=b": {"success": 0.5},
-               "heuristic @ layout=a": {"success": 0.0}}
+               "heuristic @ layout=a": {"success": 0.0}, "trained @ layout=c unseen": {"success": 0.0}}
     done = _run(tmp_path / "b", iterations=2, seconds=[10.0, 10.0], final=layouts)
     row = run_status(done)
     assert (row["state"], row["phase"], row["final_success"]) == ("done", "done", 0.75)

@@ -288,9 +288,6 @@ def _play_final_table(trainer: Any, config: Config, policies: dict[str, Any], co
     return rows, transcripts
 
 
-#: the end-of-run table's finished policies while it is being played (removed once final_eval.json is written)
-
-
 def _read_partial_table(path: Path, key: dict[str, Any]) -> dict[str, Any]:
     """The finished policies of an interrupted end-of-run table at ``path``, if it was played for the
     same ``key`` (trained iteration, episodes, seeds, suites, policies); else nothing (it is replaced)."""

@@ -156,8 +156,8 @@ class SoftwareTeamWorld:
             self.task = (
                 f"Software project: the state lists each agent and what it does. Finish by tick {self.deadline}. "
                 "A task starts once the tasks it needs are done; the state shows the ready ones with their "
-                "progress and what is waiting. Two agents paired on one task go twice as fast. A bug may send "
-                "a finished task back. Agents keep their directive until given another."
+                "progress and what is waiting. Two agents of one role paired on a task go twice as fast. A bug "
+                "may send a finished task back. Agents keep their directive until given another."
             )
             return
         chain = " -> ".join(names[k] for k in ("prd", "design")) + f" -> {names['api']} and " \

@@ -35,10 +35,11 @@ from typing import Any
 
 from teamtr.atomic import atomic_write_text, read_json, write_json
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import (FINAL_EVAL_FILE, METRICS_FILE, config_value, metric_series, read_config, read_metrics,
-                                  require_run_dir)
+from teamtr.telemetry.log import (FINAL_EVAL_FILE, METRICS_FILE, config_value, headline_row, metric_series, read_config,
+                                  read_metrics, require_run_dir)
 
 SUCCESS = "episode/success"
+SEED_RUN = re.compile(r"seed_\d+")  # a sweep's run directory (teamtr sweep)
 CURVES: tuple[tuple[str, str, str], ...] = (  # (file, metric, kind)
     ("compare_success.png", "episode/success", "train"),
     ("compare_eval_success.png", "eval/success", "eval"),
@@ -49,8 +50,8 @@ CURVES: tuple[tuple[str, str, str], ...] = (  # (file, metric, kind)
 
 
 def group_label(run: Path) -> str:
-    """``sweep-X`` for ``.../sweep-X/seed_N``, else the run directory's name."""
-    return run.parent.name if run.name.startswith("seed_") else run.name
+    """``sweep-X`` for ``.../sweep-X/seed_N``, else the run directory's name (``seed_1-at16``, a branch)."""
+    return run.parent.name if SEED_RUN.fullmatch(run.name) else run.name
 
 
 def worst_drop(values: Sequence[float]) -> float:
@@ -95,18 +96,10 @@ def _first_reach(records: list[dict[str, Any]], config: dict[str, Any] | None, t
 
 
 def _final_row(run: Path) -> dict[str, Any]:
-    """The end-of-run table's trained row (greedy, held-out seeds), or {} before it is written. A table
-    with one trained row per suite (``trained @ layout=X``: a run over several layouts) gives the mean
-    of each metric over those rows, every suite weighing the same."""
+    """The end-of-run table's trained row (greedy, held-out seeds; ``log.headline_row``), or {} before
+    it is written."""
     final = run / FINAL_EVAL_FILE
-    if not final.is_file():
-        return {}
-    rows = read_json(final, "final table")["rows"]
-    if "trained" in rows:
-        return rows["trained"]
-    suites = [row for label, row in rows.items() if label.startswith("trained @ ")]
-    keys = [k for k in suites[0] if all(isinstance(r.get(k), (int, float)) for r in suites)] if suites else []
-    return {k: statistics.fmean(r[k] for r in suites) for k in keys}
+    return headline_row(read_json(final, "final table")["rows"]) if final.is_file() else {}
 
 
 def _number(value: Any) -> float | None:
@@ -252,7 +245,7 @@ def table_markdown(table: dict[str, Any]) -> str:
 
 def _seed_runs(folder: Path) -> list[Path]:
     """``folder``'s ``seed_N`` run directories (not ``seed_1-at16``, a branch of one: ``teamtr branch``)."""
-    return sorted(p for p in folder.glob("seed_*") if p.is_dir() and re.fullmatch(r"seed_\d+", p.name)) \
+    return sorted(p for p in folder.glob("seed_*") if p.is_dir() and SEED_RUN.fullmatch(p.name)) \
         if folder.is_dir() else []
 
 

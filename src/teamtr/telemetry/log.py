@@ -21,6 +21,7 @@ import json
 import math
 import os
 import secrets
+import statistics
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -36,7 +37,7 @@ RESUMES_FILE = "resumes.jsonl"  # each resume: its iteration and the settings it
 TENSORBOARD_DIR = "tb"
 WANDB_ID_FILE = "wandb_id.txt"
 FINAL_EVAL_FILE = "final_eval.json"  # the end-of-run table (cli.final_table)
-FINAL_PARTIAL_FILE = "final_eval.partial.json"  # the policies a table stopped part-way has played
+FINAL_PARTIAL_FILE = "final_eval.partial.json"  # an end-of-run table's finished policies while it is played
 EVAL_TRANSCRIPTS_FILE = "eval_transcripts.jsonl"  # the end-of-run table's episodes (the report's viewer)
 KINDS: tuple[str, ...] = ("train", "eval", "bc", "roles")  # roles: the LLM role agents' tuning (train/roles.py)
 
@@ -64,6 +65,21 @@ def parse_jsonl(path: Path) -> list[tuple[int, Any]]:
             raise TeamTRError(f"{path}:{number} is not valid JSON ({error}); fix or remove that line.") from None
     return rows
 
+
+
+def headline_row(rows: Mapping[str, Any]) -> dict[str, float]:
+    """The trained row of an end-of-run table (``final_eval.json``'s ``rows``): ``trained``, or a suite's
+    held-out-seeds row ``trained @ heldout`` (its other rows, one agent more or held-out names, are tests
+    beside it); for a run over several layouts the mean of each metric over its ``trained @ layout=X`` rows
+    (every layout weighing the same; a layout left out of training, ``... unseen``, is a test too); {} when
+    there is none."""
+    for name in ("trained", "trained @ heldout"):
+        if isinstance(rows.get(name), Mapping):
+            return dict(rows[name])
+    layouts = [row for label, row in rows.items() if label.startswith("trained @ layout=")
+               and not label.endswith(" unseen") and isinstance(row, Mapping)]
+    keys = [k for k in layouts[0] if all(isinstance(r.get(k), (int, float)) for r in layouts)] if layouts else []
+    return {k: statistics.fmean(r[k] for r in layouts) for k in keys}
 
 
 def read_resumes(run_dir: str | Path) -> list[dict[str, Any]]:

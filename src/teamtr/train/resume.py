@@ -32,11 +32,12 @@ RESUMABLE = ("train.iterations", "train.eval_", "train.checkpoint_every", "train
 KEEP_KINDS = ("bc", "roles")
 
 
-def _flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"algo": {"lr": 1}}`` -> ``{"algo.lr": 1}`` (an empty mapping stays a value)."""
     out: dict[str, Any] = {}
     for k, v in tree.items():
         if isinstance(v, Mapping) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -52,8 +53,8 @@ def check_resume_config(run_dir: Path, config: Config) -> dict[str, tuple[Any, A
     saved_path = Path(run_dir) / "config.yaml"
     if not saved_path.is_file():
         return {}
-    saved = _flatten(load_config(saved_path, []).model_dump(mode="json"))
-    new = _flatten(config.model_dump(mode="json"))
+    saved = flatten(load_config(saved_path, []).model_dump(mode="json"))
+    new = flatten(config.model_dump(mode="json"))
     changed = sorted(k for k in saved.keys() | new.keys() if saved.get(k) != new.get(k))
     refused = [k for k in changed if not resumable(k)]
     if refused:

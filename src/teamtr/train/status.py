@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from teamtr.core import TeamTRError
-from teamtr.telemetry.log import FINAL_EVAL_FILE, config_value, metric_series, read_config, read_metrics
+from teamtr.telemetry.log import FINAL_EVAL_FILE, config_value, headline_row, metric_series, read_config, read_metrics
 from teamtr.train.lock import lock_holder
 
 RECENT = 5  # iterations whose median time estimates the time left
@@ -30,7 +30,8 @@ def find_runs(paths: Sequence[str | Path], depth: int = 4) -> list[Path]:
         if (path / "config.yaml").is_file():
             found.add(path)
         if left > 0:
-            for child in sorted(p for p in path.iterdir() if p.is_dir() and p.name not in SKIP):
+            for child in sorted(p for p in path.iterdir() if p.is_dir() and p.name not in SKIP
+                                and not p.name.startswith(".")):  # hidden: a branch being copied (.tmp-NAME)
                 walk(child, left - 1)
 
     for given in paths:
@@ -85,21 +86,13 @@ def _last(records: list[dict[str, Any]], key: str, kind: str) -> float | None:
 
 
 def _final_success(path: Path) -> float | None:
-    """The trained row's success in ``final_eval.json``: the plain or held-out-seeds row where there is one
-    (a generalisation suite's other rows, one agent more or held-out names, are tests beside it, not part
-    of it), else the mean of a per-layout table's trained rows."""
+    """The end-of-run table's trained success (``log.headline_row``), or None before it is written."""
     if not path.is_file():
         return None
     try:
-        rows = json.loads(path.read_text())["rows"]
-    except (ValueError, KeyError, TypeError):
+        return headline_row(json.loads(path.read_text())["rows"]).get("success")
+    except (ValueError, KeyError, TypeError, AttributeError):
         return None
-    trained = {name: r["success"] for name, r in rows.items()
-               if name.split(" @ ")[0] == "trained" and isinstance(r, dict) and "success" in r}
-    for headline in ("trained", "trained @ heldout"):
-        if headline in trained:
-            return trained[headline]
-    return sum(trained.values()) / len(trained) if trained else None
 
 
 def format_status(rows: list[dict[str, Any]]) -> str:
