@@ -166,6 +166,27 @@ def test_cli_train_prints_the_final_table_and_report(tmp_path, capsys):
     assert "already holds a run" in capsys.readouterr().err
 
 
+def test_a_report_that_fails_leaves_the_run_complete(tmp_path, capsys, monkeypatch):
+    """A report is made from the run's files after the run: its failure (a plotting library's, say) is said,
+    with the command that retries it, and does not fail a finished run (nor stop a sweep after it)."""
+    from teamtr.cli import main
+    from teamtr.telemetry import report
+
+    def broken(run_dir):
+        raise RuntimeError("no usable font")
+
+    monkeypatch.setattr(report, "write_report", broken)
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("{}\n")
+    sets = [*TINY, "train.iterations=1", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=0",
+            "train.final_baselines=[random]", f"run_dir={tmp_path / 'run'}"]
+    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
+    err = capsys.readouterr().err
+    assert "report could not be made (RuntimeError: no usable font)" in err
+    assert f"`teamtr report {tmp_path / 'run'}` tries again" in err
+    assert (tmp_path / "run" / "final_eval.json").is_file() and not (tmp_path / "run" / "report").exists()
+
+
 def test_curriculum_moves_on_by_success_or_iterations():
     from teamtr.config import CurriculumStage
     from teamtr.train.curriculum import Curriculum

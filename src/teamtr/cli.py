@@ -323,9 +323,13 @@ def cmd_train(args: argparse.Namespace) -> int:
     finally:
         trainer.close()
         dist.close()
-    from teamtr.telemetry.report import write_report
+    try:
+        from teamtr.telemetry.report import write_report
 
-    print(f"report: {write_report(config.run_dir)}")
+        print(f"report: {write_report(config.run_dir)}")
+    except Exception as err:  # noqa: BLE001 - the run is complete; the report is made from its files, again at will
+        print(f"teamtr: the run is complete (checkpoints and table written), but its report could not be made "
+              f"({type(err).__name__}: {err}); `teamtr report {config.run_dir}` tries again.", file=sys.stderr)
     return 0
 
 
