@@ -148,39 +148,40 @@ def test_resume_restores_trainer_state(tmp_path):
     other.close()
 
 
-def test_cli_train_prints_the_final_table_and_report(tmp_path, capsys):
+def _cli_train(tmp_path: Path, *sets: str) -> int:
+    """``teamtr train`` in-process on the tiny model, one iteration, into ``tmp_path/run``."""
     from teamtr.cli import main
 
     cfg = tmp_path / "c.yaml"
     cfg.write_text("{}\n")
-    sets = [*TINY, "train.iterations=1", "train.final_eval_episodes=3", "train.final_zero_shot_episodes=2",
-            "env.max_steps=14", f"run_dir={tmp_path / 'run'}"]
-    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
+    sets = (*TINY, "train.iterations=1", *sets, f"run_dir={tmp_path / 'run'}")
+    return main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])])
+
+
+def test_cli_train_prints_the_final_table_and_report(tmp_path, capsys):
+    sets = ["train.final_eval_episodes=3", "train.final_zero_shot_episodes=2", "env.max_steps=14"]
+    assert _cli_train(tmp_path, *sets) == 0
     out = capsys.readouterr().out
     assert "(trained 3, zero-shot 2, random 3, oracle 3 episodes)" in out
     final = json.loads((tmp_path / "run" / "final_eval.json").read_text())
     assert final["episodes"] == {"trained": 3, "zero-shot": 2, "random": 3, "oracle": 3}
     assert final["rows"]["oracle"]["success"] == 1.0
     assert (tmp_path / "run" / "report" / "index.html").is_file()
-    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 2  # run exists
+    assert _cli_train(tmp_path, *sets) == 2  # run exists
     assert "already holds a run" in capsys.readouterr().err
 
 
 def test_a_report_that_fails_leaves_the_run_complete(tmp_path, capsys, monkeypatch):
     """A report is made from the run's files after the run: its failure (a plotting library's, say) is said,
     with the command that retries it, and does not fail a finished run (nor stop a sweep after it)."""
-    from teamtr.cli import main
     from teamtr.telemetry import report
 
     def broken(run_dir):
         raise RuntimeError("no usable font")
 
     monkeypatch.setattr(report, "write_report", broken)
-    cfg = tmp_path / "c.yaml"
-    cfg.write_text("{}\n")
-    sets = [*TINY, "train.iterations=1", "train.final_eval_episodes=2", "train.final_zero_shot_episodes=0",
-            "train.final_baselines=[random]", f"run_dir={tmp_path / 'run'}"]
-    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
+    assert _cli_train(tmp_path, "train.final_eval_episodes=2", "train.final_zero_shot_episodes=0",
+                      "train.final_baselines=[random]") == 0
     err = capsys.readouterr().err
     assert "report could not be made (RuntimeError: no usable font)" in err
     assert f"`teamtr report {tmp_path / 'run'}` tries again" in err
