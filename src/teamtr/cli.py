@@ -551,6 +551,24 @@ def _add_sweep(sub: Any) -> None:
     _add_set(sw)
 
 
+def _add_run_tools(sub: Any) -> None:
+    """The commands that read or copy run directories: doctor, status, branch."""
+    dr = _sub(sub, "doctor", "name the troubleshooting symptoms a run shows", "  teamtr doctor runs/default\n",
+              cmd_doctor)
+    dr.add_argument("run_dir")
+    dr.add_argument("--strict", action="store_true", help="exit 1 when something is found")
+    st = _sub(sub, "status", "where each run stands: running or not, iteration, success, time left",
+              "  teamtr status                 every run under runs/\n  teamtr status runs/sweep-default\n", cmd_status)
+    st.add_argument("paths", nargs="*", help="runs or folders of runs (default: runs)")
+    st.add_argument("--json", action="store_true", help="print JSON, one object per run")
+    br = _sub(sub, "branch", "a new run standing at an earlier checkpoint of a run (to continue it another way)",
+              "  teamtr branch runs/default --at 16                 makes runs/default-at16\n"
+              "  teamtr train --resume runs/default-at16 --set algo.lr=3e-4\n", cmd_branch)
+    br.add_argument("run_dir")
+    br.add_argument("--at", type=int, required=True, metavar="N", help="the iteration whose checkpoint to start from")
+    br.add_argument("--to", metavar="DIR", help="the new run's directory (default: RUN_DIR-atN)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from teamtr import __version__
 
@@ -589,20 +607,7 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("name", nargs="?", default=DEFAULT_CONFIG, help="a shipped config or a YAML file")
     _add_set(cf)
     _add_report(sub)
-    dr = _sub(sub, "doctor", "name the troubleshooting symptoms a run shows", "  teamtr doctor runs/default\n",
-              cmd_doctor)
-    dr.add_argument("run_dir")
-    dr.add_argument("--strict", action="store_true", help="exit 1 when something is found")
-    st = _sub(sub, "status", "where each run stands: running or not, iteration, success, time left",
-              "  teamtr status                 every run under runs/\n  teamtr status runs/sweep-default\n", cmd_status)
-    st.add_argument("paths", nargs="*", help="runs or folders of runs (default: runs)")
-    st.add_argument("--json", action="store_true", help="print JSON, one object per run")
-    br = _sub(sub, "branch", "a new run standing at an earlier checkpoint of a run (to continue it another way)",
-              "  teamtr branch runs/default --at 16                 makes runs/default-at16\n"
-              "  teamtr train --resume runs/default-at16 --set algo.lr=3e-4\n", cmd_branch)
-    br.add_argument("run_dir")
-    br.add_argument("--at", type=int, required=True, metavar="N", help="the iteration whose checkpoint to start from")
-    br.add_argument("--to", metavar="DIR", help="the new run's directory (default: RUN_DIR-atN)")
+    _add_run_tools(sub)  # doctor, status, branch
     play = _sub(sub, "play", "be the coordinator yourself, in the terminal, or watch a trained one",
                 "  teamtr play escape-room --set env.names=heldout\n"
                 "  teamtr play --checkpoint runs/default          its top 3 suggestions each tick\n"
