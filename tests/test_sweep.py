@@ -61,6 +61,17 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "1 seed (0): its final table" in printed and "success 1.000," in printed and " ± " not in printed
 
+    # A finished run whose checkpoints are gone (pruned, or copied from results/ without them) counts as
+    # done at its last training row, not trained again; asked for more iterations, it says why it cannot.
+    shutil.rmtree(out / "seed_1" / "checkpoints")
+    table = (out / "seed_1" / "final_eval.json").read_bytes()
+    assert main([*argv, "--set", "train.iterations=2"]) == 0
+    assert "seed 1 done" in capsys.readouterr().out and (out / "seed_1" / "final_eval.json").read_bytes() == table
+    assert main([*argv, "--set", "train.iterations=3"]) == 2
+    err = capsys.readouterr().err
+    assert "seed 1 (" in err and "finished 2 iterations and keeps no checkpoint" in err and "extended to 3" in err
+    assert not (out / "seed_1" / "checkpoints").exists()
+
 
 def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_path, capsys):
     """--parallel 2: each seed a `teamtr train` child with its log beside its run; the runs and the

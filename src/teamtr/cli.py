@@ -334,20 +334,26 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def _finished_iterations(run: Path) -> int | None:
-    """How many iterations a run that wrote its end-of-run table had trained (its newest complete
-    checkpoint's; 0 when it kept none, e.g. cloning alone); None while it has no table."""
+    """How many iterations a run that wrote its end-of-run table had trained: its newest complete
+    checkpoint's, or, where it keeps none (pruned to save disk, or copied without them), its last
+    training row's in ``metrics.jsonl``; 0 for cloning alone. None while it has no table."""
+    from teamtr.telemetry.log import read_metrics
     from teamtr.train.checkpoint import checkpoint_iteration, latest_checkpoint
 
     if not (run / FINAL_EVAL_FILE).is_file():
         return None
     newest = latest_checkpoint(run)
-    return 0 if newest is None else checkpoint_iteration(newest)
+    if newest is not None:
+        return checkpoint_iteration(newest)
+    return max((int(r["iteration"]) for r in read_metrics(run) if r.get("kind") == "train"), default=0)
 
 
 def _sweep_jobs(cells: list[tuple[str, list[str]]], configs: dict[str, Config], runs: dict[str, dict[int, Path]],
                 sets: list[str]) -> list[tuple[str, list[str], Path]]:
     """The runs a sweep still has to train (name, ``--set`` items, run directory): those without their
     table, and finished ones that trained fewer iterations than their config now asks for."""
+    from teamtr.train.checkpoint import latest_checkpoint
+
     jobs: list[tuple[str, list[str], Path]] = []
     for label, cell_sets in cells:
         for seed, run in runs[label].items():
@@ -356,6 +362,10 @@ def _sweep_jobs(cells: list[tuple[str, list[str]]], configs: dict[str, Config], 
             if done_at is not None and done_at >= configs[label].train.iterations:
                 print(f"sweep: {name} done ({run})")
                 continue
+            if done_at is not None and latest_checkpoint(run) is None:
+                raise TeamTRError(f"sweep: {name} ({run}) finished {done_at} iterations and keeps no checkpoint, so it "
+                                  f"cannot be extended to {configs[label].train.iterations}; give the sweep a new "
+                                  "--out to train it again, or ask for the iterations it has")
             if done_at is not None:  # a finished run asked for more iterations resumes; its table is redone
                 print(f"sweep: {name} finished {done_at} iterations; extending it to {configs[label].train.iterations}")
             jobs.append((name, [*sets, *cell_sets, f"seed={seed}", f"run_dir={run}"], run))
