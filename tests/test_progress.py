@@ -157,3 +157,18 @@ def test_training_and_eval_name_every_phase_in_a_log(tmp_path: Path, capsys) -> 
     captured = capsys.readouterr()
     assert "eval random 3/3 episodes" in captured.err and "eval first 3/3 episodes" in captured.err
     assert captured.out.startswith("escape-room (")  # the table alone on stdout
+
+
+def test_demonstrations_from_a_curriculum_stage_say_which_world(tmp_path: Path, capsys) -> None:
+    """Cloning under a curriculum draws its demonstrations from the first stage's world (where RL starts)
+    and its held-out ones from the task: the log names the stage's options, so neither is mistaken."""
+    from teamtr.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("curriculum:\n  stages:\n    - {env: {agents: 2, items: 2}, success: 0.8, max_iterations: 1}\n")
+    sets = [*TINY, "env.agents=3", "env.items=3", "bc.enabled=true", "bc.demos=16", "bc.epochs=1", "bc.batch_size=8",
+            "train.iterations=0", f"run_dir={tmp_path / 'run'}"]
+    assert main(["train", "--config", str(cfg), *sum((["--set", s] for s in sets), [])]) == 0
+    err = capsys.readouterr().err
+    assert "demo collection (curriculum stage 1: agents=2, items=2) 16/16 decisions" in err
+    assert "held-out demos 64/64 decisions" in err

@@ -294,10 +294,15 @@ class Trainer:
         heldout_goals: list[bc_mod.Demo] = []
         if cfg.demos:
             parallel = self.config.rollout.parallel
+            # Demonstrations come from the world training starts in: a curriculum's first stage, said so
+            # (the held-out demonstrations below are the task's, so their accuracy is a transfer then).
+            stage = {k: v for k, v in self.curriculum.options().items() if self.options.get(k) != v}
+            what = "demo collection" + (f" (curriculum stage {self.curriculum.stage + 1}: "
+                                        + ", ".join(f"{k}={v}" for k, v in stage.items()) + ")" if stage else "")
             # expert_demos uses up to demos + parallel episodes (one decision each at the least).
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.seeds.take(cfg.demos + parallel),
                                          explore=cfg.explore, parallel=parallel, mode=_oracle(mode),
-                                         schedule=schedule, goals=goals)
+                                         schedule=schedule, goals=goals, what=what)
         heldout = bc_mod.expert_demos(lambda: self._team(self.options), 64,  # the task itself, not a stage
                                       seed=self.config.train.eval_seed_offset + 500_000, what="held-out demos",
                                       mode=_oracle(mode), schedule=schedule, goals=heldout_goals)
