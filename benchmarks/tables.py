@@ -86,7 +86,9 @@ def sweep(files: list[str]) -> str:
             env = dict(d["config"]["env"])
             name = env.pop("name")
             where = f"cell `{cell}` ({', '.join(d['cell'])}) of " if cell else ""
-            out.append(f"{where}`{d['command']}`: {name} ({_options(env)}), seeds {', '.join(map(str, d['seeds']))}, "
+            tested = d["config"]["train"].get("eval_env") or {}  # the rows' world, where it is not the training one
+            world = _options(env) + (f"; tested with {_options(tested)}" if tested else "")
+            out.append(f"{where}`{d['command']}`: {name} ({world}), seeds {', '.join(map(str, d['seeds']))}, "
                        f"held-out seeds from {d['config']['train']['eval_seed_offset']:,}, greedy; "
                        + ("one seed" if len(d["seeds"]) == 1 else "mean ± std over seeds") + " (`" + f + "`)\n")
             _sweep_rows(out, d)

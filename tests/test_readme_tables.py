@@ -148,3 +148,15 @@ def test_a_file_outside_the_repository_is_refused_with_what_to_do(tmp_path: Path
     with pytest.raises(SystemExit, match="outside the repository"):
         tables.expand("../outside.json")
     assert tables.expand("results/escape_room/sweep_ppo.json") == ["results/escape_room/sweep_ppo.json"]
+
+
+def test_sweep_table_says_the_world_its_rows_were_tested_in(tmp_path: Path) -> None:
+    """A run trained on fresh names and tested on held-out ones: the header names both worlds."""
+    tables = _tables()
+    fresh = _sweep_file(tmp_path / "fresh.json", "teamtr sweep x --seeds 0", {"name": "software-team", "names": "fresh"},
+                        True, 0, {"trained @ heldout": 1.0}, eval_env={"names": "heldout"})
+    plain = _sweep_file(tmp_path / "plain.json", "teamtr sweep y --seeds 0", {"name": "software-team"}, True, 0,
+                        {"trained": 0.5})
+    text = tables.sweep([fresh, plain])
+    assert "software-team (`names=fresh`; tested with `names=heldout`), seeds 0," in text
+    assert "software-team (defaults), seeds 0," in text and text.count("tested with") == 1
