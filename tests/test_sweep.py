@@ -71,6 +71,7 @@ def test_sweep_runs_each_seed_once_and_summarises(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "seed 1 (" in err and "finished 2 iterations and keeps no checkpoint" in err and "extended to 3" in err
     assert not (out / "seed_1" / "checkpoints").exists()
+    assert not (out / "seed_0" / "checkpoints" / "iter_000003").exists()  # refused before any seed trained
 
 
 def test_parallel_sweep_trains_seeds_as_child_processes_like_the_serial_one(tmp_path, capsys):

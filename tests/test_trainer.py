@@ -196,14 +196,17 @@ def test_curriculum_moves_on_by_success_or_iterations():
               CurriculumStage(env={"items": 2}, max_iterations=3)]
     cur = Curriculum(stages, {"agents": 3, "items": 3})
     assert cur.options() == {"agents": 2, "items": 2}
+    assert cur.describe() == "curriculum stage 1: agents=2, items=2"
     assert not cur.record(0.9)  # one iteration is not yet a window of 2
     assert not cur.record(0.0)  # mean of the last 2: 0.45 < 0.5
     assert not cur.record(0.6)  # 0.3
     assert cur.record(0.8)  # 0.7: on to stage 1
     assert cur.options() == {"agents": 3, "items": 2} and cur.state_dict() == {"stage": 1, "history": []}
+    assert cur.describe() == "curriculum stage 2: items=2"  # what the stage sets, not the world it keeps
     assert not cur.record(0.0) and not cur.record(0.0)
     assert cur.record(0.0)  # max_iterations = 3, whatever the success
     assert cur.finished and cur.options() == {"agents": 3, "items": 3} and not cur.record(1.0)
+    assert cur.describe() == ""
     other = Curriculum(stages, {"agents": 3, "items": 3})
     other.load_state_dict({"stage": 1, "history": [0.5]})
     assert other.options()["agents"] == 3 and other.history == [0.5]

@@ -333,10 +333,11 @@ def cmd_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _finished_iterations(run: Path) -> int | None:
-    """How many iterations a run that wrote its end-of-run table had trained: its newest complete
-    checkpoint's, or, where it keeps none (pruned to save disk, or copied without them), its last
-    training row's in ``metrics.jsonl``; 0 for cloning alone. None while it has no table."""
+def _finished(run: Path) -> tuple[int, Path | None] | None:
+    """A run that wrote its end-of-run table: how many iterations it trained and its newest complete
+    checkpoint (the iterations are that checkpoint's, or, where it keeps none (pruned to save disk, or
+    copied without them), its last training row's in ``metrics.jsonl``; 0 for cloning alone). None
+    while it has no table."""
     from teamtr.telemetry.log import read_metrics
     from teamtr.train.checkpoint import checkpoint_iteration, latest_checkpoint
 
@@ -344,30 +345,31 @@ def _finished_iterations(run: Path) -> int | None:
         return None
     newest = latest_checkpoint(run)
     if newest is not None:
-        return checkpoint_iteration(newest)
-    return max((int(r["iteration"]) for r in read_metrics(run) if r.get("kind") == "train"), default=0)
+        return checkpoint_iteration(newest), newest
+    return max((int(r["iteration"]) for r in read_metrics(run) if r.get("kind") == "train"), default=0), None
 
 
 def _sweep_jobs(cells: list[tuple[str, list[str]]], configs: dict[str, Config], runs: dict[str, dict[int, Path]],
                 sets: list[str]) -> list[tuple[str, list[str], Path]]:
     """The runs a sweep still has to train (name, ``--set`` items, run directory): those without their
     table, and finished ones that trained fewer iterations than their config now asks for."""
-    from teamtr.train.checkpoint import latest_checkpoint
-
     jobs: list[tuple[str, list[str], Path]] = []
     for label, cell_sets in cells:
         for seed, run in runs[label].items():
             name = f"{label} seed {seed}" if label else f"seed {seed}"
-            done_at = _finished_iterations(run)
-            if done_at is not None and done_at >= configs[label].train.iterations:
-                print(f"sweep: {name} done ({run})")
-                continue
-            if done_at is not None and latest_checkpoint(run) is None:
-                raise TeamTRError(f"sweep: {name} ({run}) finished {done_at} iterations and keeps no checkpoint, so it "
-                                  f"cannot be extended to {configs[label].train.iterations}; give the sweep a new "
-                                  "--out to train it again, or ask for the iterations it has")
-            if done_at is not None:  # a finished run asked for more iterations resumes; its table is redone
-                print(f"sweep: {name} finished {done_at} iterations; extending it to {configs[label].train.iterations}")
+            wanted = configs[label].train.iterations
+            finished = _finished(run)
+            if finished is not None:
+                done_at, checkpoint = finished
+                if done_at >= wanted:
+                    print(f"sweep: {name} done ({run})")
+                    continue
+                if checkpoint is None:
+                    raise TeamTRError(f"sweep: {name} ({run}) finished {done_at} iterations and keeps no checkpoint, "
+                                      f"so it cannot be extended to {wanted}; give the sweep a new --out to train it "
+                                      "again, or ask for the iterations it has")
+                # a finished run asked for more iterations resumes; its table is redone
+                print(f"sweep: {name} finished {done_at} iterations; extending it to {wanted}")
             jobs.append((name, [*sets, *cell_sets, f"seed={seed}", f"run_dir={run}"], run))
     return jobs
 

@@ -46,6 +46,14 @@ class Curriculum:
             return dict(self.final)
         return {**self.final, **self.stages[self.stage].env}
 
+    def describe(self) -> str:
+        """The stage in force and the options it sets (``curriculum stage 1: agents=2, items=2``); "" once
+        training runs on the configured world."""
+        if self.finished:
+            return ""
+        options = ", ".join(f"{k}={v}" for k, v in self.stages[self.stage].env.items())
+        return f"curriculum stage {self.stage + 1}: {options}"
+
     def directives(self) -> str:
         """The directive mode for training episodes now (a stage without one keeps the configured mode)."""
         if self.finished:

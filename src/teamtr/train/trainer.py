@@ -296,9 +296,8 @@ class Trainer:
             parallel = self.config.rollout.parallel
             # Demonstrations come from the world training starts in: a curriculum's first stage, said so
             # (the held-out demonstrations below are the task's, so their accuracy is a transfer then).
-            stage = {k: v for k, v in self.curriculum.options().items() if self.options.get(k) != v}
-            what = "demo collection" + (f" (curriculum stage {self.curriculum.stage + 1}: "
-                                        + ", ".join(f"{k}={v}" for k, v in stage.items()) + ")" if stage else "")
+            stage = self.curriculum.describe()
+            what = f"demo collection ({stage})" if stage else "demo collection"
             # expert_demos uses up to demos + parallel episodes (one decision each at the least).
             demos += bc_mod.expert_demos(self.make_team, cfg.demos, seed=self.seeds.take(cfg.demos + parallel),
                                          explore=cfg.explore, parallel=parallel, mode=_oracle(mode),
