@@ -270,22 +270,34 @@ class OvercookedWorld:
         """After a tick with a milestone, a new directive, a chef done or stuck; every k ticks."""
         return self._due
 
+    def _expert_wanted(self) -> dict[str, Directive]:
+        """Per chef, the heuristic's directive if the chef needs to hear it: new, possible now, and
+        not a ``wait`` that a chef on its own rule would do anyway. A directed wait lasts until the
+        next directive, while a chef's own rule moves on by itself (on forced_coordination the cook's
+        rule waits for an onion and then pots it); a clone that learned the wait and missed the
+        directive that ends it froze the cook for the whole episode (README, "Overcooked-AI trained")."""
+        out = {}
+        for i, agent in enumerate(self.agents):
+            task = self.kitchen.expert_task(self.state, i)
+            if task == "wait" and self.in_force[agent] is None and self.kitchen.greedy_task(self.state, i) == "wait":
+                continue
+            d = chef.directive(agent, task)
+            if d != self.given.get(agent) and self.check(agent, d) is None:
+                out[agent] = d
+        return out
+
     def expert_directive(self) -> Directive:
         """The hand-written heuristic coordinator (``overcooked_chef.expert_task``)."""
-        wanted = {a: self.kitchen.expert_task(self.state, i) for i, a in enumerate(self.agents)}
+        wanted = self._expert_wanted()
         # First the chef that needs a new sub-task most: none yet, finished, or stuck.
         order = sorted(self.agents, key=lambda a: self.in_force[a] is not None and not self.stuck[a])
-        for agent in order:
-            d = chef.directive(agent, wanted[agent])
-            if d != self.given.get(agent) and self.check(agent, d) is None:
-                return d
-        return NOOP
+        return next((wanted[a] for a in order if a in wanted), NOOP)
 
     def expert_directives(self) -> list[Directive]:
-        """The heuristic directing the whole team at once: every chef whose wanted sub-task is new
-        and possible now gets its line."""
-        wanted = [chef.directive(a, self.kitchen.expert_task(self.state, i)) for i, a in enumerate(self.agents)]
-        return [d for a, d in zip(self.agents, wanted) if d != self.given.get(a) and self.check(a, d) is None]
+        """The heuristic directing the whole team at once: every chef whose wanted sub-task it
+        needs to hear (``_expert_wanted``) gets its line."""
+        wanted = self._expert_wanted()
+        return [wanted[a] for a in self.agents if a in wanted]
 
     # ------------------------------------------------------------------------------------ step
     def step(self, actions: dict[str, str]) -> list[Event]:

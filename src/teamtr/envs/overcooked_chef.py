@@ -284,14 +284,24 @@ class Kitchen:
             if self.on_counters(state, "onion") and ok("pot_onion"):
                 return "pot_onion"
             return "serve_soup" if coming and dish_here and ok("serve_soup") else "wait"
-        # Same side: dishes on counters are free to take, only the other chef's dish is spoken for.
+        # Same side: what lies on counters is free to take, only what the other chef holds is spoken
+        # for (an onion left on a counter counted as on its way once, and with the other chef's hands
+        # full of a dish nobody took it: the pot waited one onion short to the end).
         held_dish = int(other == "dish")
         server = coming > held_dish or (pots["partial"] and room <= onions_out + 1 and not held_dish)
         if i == self.server and server and ok("serve_soup"):
             return "serve_soup"
-        if room > onions_out and ok("pot_onion"):
+        if room > int(other == "onion") and ok("pot_onion"):
             return "pot_onion"
-        return "serve_soup" if coming > held_dish and ok("serve_soup") else "wait"
+        if coming > held_dish and ok("serve_soup"):
+            return "serve_soup"
+        # Nothing to bring to the pots: fetch the dish the soup will need rather than stand by. A chef
+        # standing by at the only pot blocks the other's last onion (cramped_room: 8.46 -> 10.38 soups
+        # per 400 ticks over 100 seeds, session 28).
+        dishes_out = len(self.on_counters(state, "dish")) + held_dish
+        if (coming or pots["partial"]) and not dishes_out and ok("serve_soup"):
+            return "serve_soup"
+        return "wait"
 
     def pick_server(self, state: Any) -> int:
         """At the start: the chef nearer the dishes plus the serving window serves (ties: the one
