@@ -298,7 +298,6 @@ class Kitchen:
         # Nothing to bring to the pots: fetch the dish the soup will need rather than stand by. A chef
         # standing by at the only pot blocks the other's last onion (cramped_room: 8.46 -> 10.38 soups
         # per 400 ticks over 100 seeds, session 28).
-        dishes_out = len(self.on_counters(state, "dish")) + held_dish
         if (coming or pots["partial"]) and not dishes_out and ok("serve_soup"):
             return "serve_soup"
         return "wait"
