@@ -169,8 +169,8 @@ class World(Protocol):
         """True when the coordinator should decide now.
 
         Tick-by-tick worlds (escape-room, software-team) return True every tick; real-time worlds
-        (Overcooked) return True when a role agent is done or stuck, or every k ticks, and the Team
-        runs the ticks in between with the directives in force.
+        (Overcooked) return True when a role agent is done or its directive became impossible, or
+        every k ticks, and the Team runs the ticks in between with the directives in force.
         """
 
 

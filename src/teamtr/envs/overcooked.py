@@ -256,7 +256,11 @@ class OvercookedWorld:
         idx = self.agents.index(agent)
         task = directive.task if directive is not None else self.kitchen.greedy_task(self.state, idx)
         if directive is not None and self.check(agent, directive) is not None:
-            task = "wait"
+            # Impossible now (the other chef started the pot it was sent to start): the chef works on
+            # its own rule meanwhile and takes the directive up again once it is possible. Standing
+            # still froze it for the rest of an episode under a coordinator that did not re-direct
+            # it (README, "The same recipe on the session-28 heuristic").
+            task = self.kitchen.greedy_task(self.state, idx)
         action, self.targets[agent] = self.kitchen.step_toward(self.state, idx, task, self.avoid[agent] > 0)
         other = self.agents[1 - idx]
         in_the_way = self.blocked[other] > 0 and action in ("stay", "interact")
@@ -267,7 +271,8 @@ class OvercookedWorld:
         return action
 
     def decision_due(self) -> bool:
-        """After a tick with a milestone, a new directive, a chef done or stuck; every k ticks."""
+        """After a tick with a milestone, a new directive, a chef done or newly unable to carry out
+        its directive; every k ticks."""
         return self._due
 
     def _expert_wanted(self) -> dict[str, Directive]:
@@ -336,7 +341,8 @@ class OvercookedWorld:
             d = self.in_force[agent]
             self.just_done[agent] = d is not None and chef.effect_done(d.task, flags, i, before, self.state, self.mdp)
             stuck = d is not None and self.check(agent, d) is not None
-            self._due = self._due or self.just_done[agent] or stuck
+            # A directive that became impossible is news once, not at every tick it stays so.
+            self._due = self._due or self.just_done[agent] or (stuck and not self.stuck[agent])
             self.stuck[agent] = stuck
         events += self.kitchen.pot_events(before, self.state)
         clash = self.targets["chef_0"] is not None and self.targets["chef_0"] == self.targets["chef_1"]
