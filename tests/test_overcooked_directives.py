@@ -1,0 +1,54 @@
+"""benchmarks/overcooked_directives.py: what an Overcooked coordinator's directives change."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("overcooked", reason="needs pip install 'teamtr[overcooked]'")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+
+import overcooked_directives as od  # noqa: E402
+
+from teamtr.core import TeamTRError  # noqa: E402
+
+STATE = ("chef_0 by a pot, holds onion, own: put an onion in the pot; chef_1 by the dishes, holds nothing, "
+         "cannot: start the cooking. Pot 1 empty, pot 2 cooking 3/20. On counters: onion.")
+
+
+def test_kind_reads_each_chefs_line() -> None:
+    assert od.kind(STATE, "no new directive") == "noop"
+    assert od.kind(STATE, "chef_0: put an onion in the pot") == "own rule"
+    assert od.kind(STATE, "chef_0: fetch a dish") == "new"
+    # the last chef's line runs on into the pots: its field is read before them
+    assert od.kind(STATE, "chef_1: start the cooking") == "in force"
+    assert od.kind(STATE, "chef_1: put an onion in the pot") == "new"
+    with pytest.raises(TeamTRError, match="not an Overcooked directive"):
+        od.kind(STATE, "chef_0: dance")
+    with pytest.raises(TeamTRError, match="compact state texts only"):
+        od.kind("XXPXX\nchef_0 holds nothing", "chef_0: fetch a dish")
+
+
+def test_heuristic_says_new_directives_at_a_minority_of_decisions() -> None:
+    rows = od.heuristic_rows(episodes=1)
+    assert len(rows) == 5
+    for name, row in rows.items():
+        assert sum(row[k] for k in od.KINDS) == pytest.approx(1.0)
+        assert row["in force"] == 0.0  # the heuristic never says the sub-task in force again
+        assert 0.6 <= row["noop"] <= 0.75 and 0.02 <= row["new"] <= 0.2, (name, row)  # measured 0.04-0.16 new
+
+
+def test_run_rows_from_an_end_of_run_table(tmp_path: Path) -> None:
+    with pytest.raises(TeamTRError, match="eval_transcripts.jsonl is missing"):
+        od.run_rows(tmp_path)
+    steps = [{"state": STATE, "directive": d} for d in
+             ("no new directive", "no new directive", "chef_0: put an onion in the pot", "chef_0: fetch a dish")]
+    episodes = [{"policy": "trained @ layout=cramped_room", "steps": steps},
+                {"policy": "trained @ layout=cramped_room", "steps": steps[:2]}]
+    (tmp_path / "eval_transcripts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    (row,) = od.run_rows(tmp_path).values()
+    assert row["episodes"] == 2 and row["decisions"] == 6
+    assert (row["noop"], row["own rule"], row["new"]) == pytest.approx((4 / 6, 1 / 6, 1 / 6))
