@@ -112,3 +112,30 @@ def test_behaviour_clone_runs_the_steps_asked_for():
     assert bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=8, lr=1e-3, steps=5)["bc/step"] == 5
     with pytest.raises(TeamTRError, match="0 steps"):
         bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=8, lr=1e-3, steps=0)
+
+
+def _noop_heavy_demos():
+    """Eight labelled copies of one state: six say "no new directive", two a directive."""
+    go = bc_mod.Demo(task="A team opens a door.", state="agent_A stands by the door.", history=(),
+                     candidates=("agent_A: open the door", "no new directive"), label=0)
+    wait = bc_mod.Demo(**{**go.__dict__, "label": 1})
+    return [wait] * 6 + [go] * 2, go
+
+
+def test_noop_weight_draws_demonstrations_that_say_nothing_new_less_often():
+    demos, go = _noop_heavy_demos()
+    assert [bc_mod.says_nothing_new(d) for d in demos] == [True] * 6 + [False] * 2
+    assert bc_mod.sampling_weights(demos, 0.25).tolist() == [0.25] * 6 + [1.0] * 2
+    whole = bc_mod.Demo(**{**go.__dict__, "lines": ()})  # whole team: no line, every agent carries on
+    assert bc_mod.says_nothing_new(whole) and not bc_mod.says_nothing_new(bc_mod.Demo(**{**go.__dict__, "lines": (0,)}))
+    picks = {}
+    for weight in (1.0, 0.1):  # the clone's greedy choice follows the label it drew most
+        torch.manual_seed(0)
+        coordinator = Coordinator(load_backbone("tiny-random", device="cpu"))
+        bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=4, lr=1e-2, steps=20, noop_weight=weight)
+        picks[weight] = bc_mod.accuracy(coordinator, [go])
+    assert picks == {1.0: 0.0, 0.1: 1.0}  # 6:2 draws the no-op; 0.6:2 the directive
+    with pytest.raises(TeamTRError, match="bc.noop_weight = 0"):
+        bc_mod.behaviour_clone(coordinator, demos, epochs=1, batch_size=4, lr=1e-2, noop_weight=0)
+    with pytest.raises(TeamTRError, match="noop_weight"):
+        load_config(None, [*TINY, "bc.noop_weight=0"])

@@ -258,6 +258,9 @@ class BCConfig(_Section):
     explore: float = Field(0.2, ge=0, le=1)  # share of off-expert steps while collecting (states off the expert path)
     files: list[str] = []  # trajectory JSONL files (the trainer's transcripts format) to clone too
     success_weighted: bool = False  # sample successful episodes' decisions more (prioritised replay)
+    #: draw demonstrations labelled "no new directive" this much more or less often than the others: below
+    #: 1 where the expert mostly says nothing and its few directives carry the coordination (Overcooked)
+    noop_weight: float = Field(1.0, gt=0)
     epochs: int = Field(2, ge=1)
     batch_size: int = Field(16, ge=1)
     lr: float = Field(2e-3, gt=0)

@@ -225,14 +225,29 @@ def file_demos(paths: Sequence[str | Path], success_weighted: bool = False) -> l
     return demos
 
 
+def says_nothing_new(demo: Demo) -> bool:
+    """A demonstration labelled the no-op (whole-team: with no line, every agent carries on)."""
+    if demo.lines is not None:
+        return not demo.lines
+    return demo.candidates[demo.label] == NOOP.text
+
+
+def sampling_weights(demos: Sequence[Demo], noop_weight: float = 1.0) -> torch.Tensor:
+    """Each demonstration's chance to be drawn into a batch: its own ``weight``, times ``noop_weight``
+    for one that says nothing new (``bc.noop_weight``)."""
+    return torch.tensor([d.weight * (noop_weight if says_nothing_new(d) else 1.0) for d in demos])
+
+
 def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epochs: int, batch_size: int, lr: float,
                     seed: int = 0, schedule: str = "constant", log: Callable[[int, dict[str, float]], None] | None = None,
                     heldout: Sequence[Demo] = (), mode: str = "single", steps: int | None = None,
-                    what: str = "behaviour cloning") -> dict[str, float]:
+                    what: str = "behaviour cloning", noop_weight: float = 1.0) -> dict[str, float]:
     """Train the coordinator's adapter to put its probability on each demo's label (``mode``:
     ``single``, over the candidates; ``whole_team``, on the whole-team output that carries it out).
     ``steps``: the number of optimiser steps (default ``epochs`` passes over ``demos``); ``what``: the
-    progress phase's name.
+    progress phase's name; ``noop_weight``: how much more or less often a demonstration labelled the
+    no-op is drawn (an Overcooked heuristic says it at 60-70% of its decisions, and its clones learned
+    little else: docs/overcooked.md, "What the clones learned").
 
     ``schedule``: ``constant`` (``lr`` throughout) or ``cosine`` (linear warmup over the first tenth of
     the steps, then cosine decay to 0 at the last). Returns the last step's metrics: ``bc/loss``,
@@ -242,6 +257,9 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
         raise TeamTRError(f"bc.schedule: {schedule!r} is not a schedule; use constant or cosine.")
     if not demos:
         raise TeamTRError("Behaviour cloning got no demonstrations (bc.demos = 0 and no bc.files).")
+    if not noop_weight > 0:
+        raise TeamTRError(f"bc.noop_weight = {noop_weight!r}: a sampling weight must be > 0 (1 draws no-op "
+                          "demonstrations as often as the others).")
     if mode not in ("single", "whole_team", "free_text"):
         raise TeamTRError(f"Behaviour cloning in {mode!r} mode is not supported: clone in single, whole_team or "
                           "free_text mode.")
@@ -250,7 +268,7 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
     params = [p for g in coordinator.policy_param_groups() for p in g["params"]]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
     g = torch.Generator().manual_seed(seed)
-    weights = torch.tensor([d.weight for d in demos])
+    weights = sampling_weights(demos, noop_weight)
     total = epochs * max(1, len(demos) // batch_size) if steps is None else steps
     if total < 1:
         raise TeamTRError(f"Behaviour cloning for {total} steps: set bc.epochs (and the step count) to at least 1.")

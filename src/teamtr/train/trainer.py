@@ -308,7 +308,7 @@ class Trainer:
         start = time.perf_counter()
         steps = bc_mod.behaviour_clone(
             self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
-            seed=self.config.seed, schedule=cfg.schedule, heldout=heldout, mode=mode,
+            seed=self.config.seed, schedule=cfg.schedule, heldout=heldout, mode=mode, noop_weight=cfg.noop_weight,
             log=lambda step, m: self._log("bc", step, {**m, "perf/wall_time": time.perf_counter() - start}),
         ).get("bc/step", 0)
         steps = self._dagger(demos, heldout, schedule, int(steps), start)
@@ -348,6 +348,7 @@ class Trainer:
                 self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                 seed=self.config.seed + 100 + r, schedule=cfg.schedule, heldout=heldout, mode="single",
                 steps=max(1, cfg.epochs * len(new) // cfg.batch_size), what=f"DAgger round {r} cloning", log=log,
+                noop_weight=cfg.noop_weight,
             ).get("bc/step", 0))
         return after
 
