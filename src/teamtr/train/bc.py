@@ -245,9 +245,8 @@ def behaviour_clone(coordinator: CoordinatorLike, demos: Sequence[Demo], *, epoc
     """Train the coordinator's adapter to put its probability on each demo's label (``mode``:
     ``single``, over the candidates; ``whole_team``, on the whole-team output that carries it out).
     ``steps``: the number of optimiser steps (default ``epochs`` passes over ``demos``); ``what``: the
-    progress phase's name; ``noop_weight``: how much more or less often a demonstration labelled the
-    no-op is drawn (an Overcooked heuristic says it at 60-70% of its decisions, and its clones learned
-    little else: docs/overcooked.md, "What the clones learned").
+    progress phase's name; ``noop_weight``: how much more or less often a no-op demonstration is drawn
+    (``sampling_weights``; docs/overcooked.md, "What the clones learned").
 
     ``schedule``: ``constant`` (``lr`` throughout) or ``cosine`` (linear warmup over the first tenth of
     the steps, then cosine decay to 0 at the last). Returns the last step's metrics: ``bc/loss``,
