@@ -14,9 +14,16 @@ Sources: the heuristic coordinator, played here on the held-out seeds of the tra
 (400 ticks, ``decision_every`` 25, compact state text), and the end-of-run tables of finished runs
 (``RUN/eval_transcripts.jsonl``, one row per policy and layout).
 
-    python benchmarks/overcooked_directives.py [--episodes 5] [--run RUN ...] [--out FILE]
+Two more questions, each with its option: can a clone learn the heuristic from what it sees
+(``--labels N``: the heuristic's decisions on N training episodes a layout, 200 ticks as the configs
+train; how many distinct prompts, the share a lookup table of prompt -> label gets right, and how many
+held-out prompts it has seen), and what does a clone say on the heuristic's own path (``--clone
+CHECKPOINT``: its greedy choices, by the kind of the heuristic's label and of its own choice).
 
-Prints a Markdown table and writes the JSON (default ``results/overcooked/directive_kinds.json``).
+    python benchmarks/overcooked_directives.py [--episodes 5] [--run RUN ...] [--labels 20]
+                                               [--clone CHECKPOINT ...] [--out FILE]
+
+Prints Markdown tables and writes the JSON (default ``results/overcooked/directive_kinds.json``).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ import json
 import sys
 from collections import Counter
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -96,26 +103,115 @@ def run_rows(run: Path) -> dict[str, dict[str, float]]:
     return {name: {**shares(pairs), "episodes": float(episodes[name])} for name, pairs in by_policy.items()}
 
 
+def heuristic_path(layout: str, seeds: Iterable[int], horizon: int = 200) -> list[Any]:
+    """The coordinator's view (``TeamState``) at every decision of the heuristic's episodes."""
+    out = []
+    for seed in seeds:
+        team = Team(OvercookedWorld(layout=layout, horizon=horizon, decision_every=25, state_text="compact"),
+                    history_len=0)
+        state, done = team.reset(seed), False
+        while not done:
+            out.append(state)
+            state, _, done, _ = team.step(state.expert)
+    return out
+
+
+def _prompt(state: Any) -> tuple[str, tuple[str, ...]]:
+    return state.state, tuple(c.text for c in state.candidates)
+
+
+def label_rows(episodes: int, heldout: int = 10) -> dict[str, dict[str, float]]:
+    """Per layout: is the heuristic's label a function of the prompt the clone sees (state text and
+    candidates)? ``ceiling``: the share of training decisions a prompt -> majority-label table gets
+    right; ``heldout seen``: the share of held-out decisions whose prompt the table holds, and
+    ``lookup accuracy`` on those."""
+    rows = {}
+    for layout in LAYOUTS:
+        table: dict[tuple[str, tuple[str, ...]], Counter[str]] = {}
+        train = heuristic_path(layout, range(episodes))
+        for s in train:
+            table.setdefault(_prompt(s), Counter())[s.candidates[s.expert].text] += 1
+        test = heuristic_path(layout, range(HELD_OUT, HELD_OUT + heldout))
+        seen = [s for s in test if _prompt(s) in table]
+        hits = sum(table[_prompt(s)].most_common(1)[0][0] == s.candidates[s.expert].text for s in seen)
+        rows[f"heuristic @ layout={layout}"] = {
+            "decisions": float(len(train)), "prompts": float(len(table)),
+            "ceiling": sum(c.most_common(1)[0][1] for c in table.values()) / len(train),
+            "heldout seen": len(seen) / len(test), "lookup accuracy": hits / max(1, len(seen)),
+            **shares((s.state, s.candidates[s.expert].text) for s in train)}
+    return rows
+
+
+def choice_rows(name: str, act: Callable[[list[Any]], list[int]], episodes: int = 1) -> dict[str, dict[str, float]]:
+    """Per layout: ``act``'s choices (candidate indices) at each decision of the heuristic's held-out
+    episodes (200 ticks): its accuracy against the heuristic, and per kind of label the share it
+    answers with each kind (``new->noop``: a new directive was due and it said nothing new)."""
+    rows = {}
+    for layout in LAYOUTS:
+        path = heuristic_path(layout, range(HELD_OUT, HELD_OUT + episodes))
+        chosen = [c for start in range(0, len(path), 32) for c in act(path[start : start + 32])]
+        pairs = Counter((kind(s.state, s.candidates[s.expert].text), kind(s.state, s.candidates[c].text))
+                        for s, c in zip(path, chosen))
+        labels = Counter(a for a, _ in pairs.elements())
+        rows[f"{name} @ layout={layout}"] = {
+            "decisions": float(len(path)),
+            "accuracy": sum(c == s.expert for s, c in zip(path, chosen)) / len(path),
+            **{f"{a}->{b}": n / labels[a] for (a, b), n in sorted(pairs.items())}}
+    return rows
+
+
+def clone_rows(checkpoint: str, episodes: int = 1) -> dict[str, dict[str, float]]:
+    """``choice_rows`` of a checkpoint's greedy policy."""
+    from teamtr.serve import load_coordinator
+    from teamtr.train.bc import Demo
+
+    coordinator, _, _ = load_coordinator(checkpoint, None, [])
+
+    def act(states: list[Any]) -> list[int]:
+        views = [Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert) for s in states]
+        return list(coordinator.act(views, greedy=True).choices)
+
+    return choice_rows(checkpoint, act, episodes)
+
+
+def _table(title: str, rows: dict[str, dict[str, float]], columns: Iterable[str]) -> None:
+    columns = list(columns)
+    print(f"\n{title}\n\n| row | " + " | ".join(columns) + " |\n|---|" + "---|" * len(columns))
+    for name, row in rows.items():
+        print(f"| {name} | " + " | ".join(f"{row[c]:.3f}" if c in row else "-" for c in columns) + " |")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--episodes", type=int, default=5, help="heuristic episodes per layout")
     parser.add_argument("--run", nargs="*", default=[], help="finished runs whose end-of-run tables to read")
+    parser.add_argument("--labels", type=int, default=0, help="training episodes a layout for the label analysis")
+    parser.add_argument("--clone", nargs="*", default=[], help="checkpoints to score on the heuristic's path")
     parser.add_argument("--out", default="results/overcooked/directive_kinds.json")
     args = parser.parse_args(argv)
     rows = heuristic_rows(args.episodes)
     for run in args.run:
         rows.update(run_rows(Path(run)))
-    print("| policy | decisions an episode | " + " | ".join(KINDS) + " |")
-    print("|---|---|" + "---|" * len(KINDS))
-    for name, row in rows.items():
-        cells = " | ".join(f"{row[k]:.3f}" for k in KINDS)
-        print(f"| {name} | {row['decisions'] / row['episodes']:.0f} | {cells} |")
+    for row in rows.values():
+        row["decisions an episode"] = row["decisions"] / row["episodes"]
+    _table("What each decision asks (400 ticks)", rows, ["decisions an episode", *KINDS])
+    labels = label_rows(args.labels) if args.labels else {}
+    if labels:
+        _table(f"The heuristic's labels against its prompts ({args.labels} episodes a layout, 200 ticks)", labels,
+               ["decisions", "prompts", "ceiling", "heldout seen", "lookup accuracy", *KINDS])
+    clones: dict[str, dict[str, float]] = {}
+    for checkpoint in args.clone:
+        clones.update(clone_rows(checkpoint))
+    if clones:
+        _table("A clone's greedy choices on the heuristic's path (a held-out episode a layout, 200 ticks)", clones,
+               ["decisions", "accuracy", *(f"{a}->{b}" for a in KINDS if a != "in force" for b in KINDS)])
     print(machine_line())
     write_json(args.out, {"machine": machine(), "world": {"horizon": 400, "decision_every": 25, "state_text": "compact",
-                                    "seeds_from": HELD_OUT}, "runs": args.run, "rows": rows})
+                                    "seeds_from": HELD_OUT}, "runs": args.run, "rows": rows,
+                          "labels": {"episodes": args.labels, "rows": labels},
+                          "clones": {"checkpoints": args.clone, "rows": clones}})
     print(f"wrote {args.out}")
     return 0
-
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -52,3 +52,24 @@ def test_run_rows_from_an_end_of_run_table(tmp_path: Path) -> None:
     (row,) = od.run_rows(tmp_path).values()
     assert row["episodes"] == 2 and row["decisions"] == 6
     assert (row["noop"], row["own rule"], row["new"]) == pytest.approx((4 / 6, 1 / 6, 1 / 6))
+
+
+def test_the_heuristics_labels_are_a_function_of_the_prompt() -> None:
+    # forced_coordination plays the same episode whatever the seed: one episode's table knows every
+    # held-out prompt and its label
+    (row,) = [r for name, r in od.label_rows(1, heldout=1).items() if "forced_coordination" in name]
+    assert row["ceiling"] == 1.0 and row["heldout seen"] == 1.0 and row["lookup accuracy"] == 1.0
+    assert 20 <= row["prompts"] < row["decisions"] / 2  # the kitchen cycles: 31 prompts in 69 decisions
+    assert row["new"] > 0.1 and row["own rule"] > 0.1
+
+
+def test_choice_rows_sort_a_policy_against_the_heuristics_labels() -> None:
+    expert = od.choice_rows("heuristic", lambda states: [s.expert for s in states])
+    silent = od.choice_rows("noop", lambda states: [next(i for i, c in enumerate(s.candidates)
+                                                         if c.text == "no new directive") for s in states])
+    for (name, e), s in zip(expert.items(), silent.values()):
+        assert e["accuracy"] == 1.0 and e["noop->noop"] == e["new->new"] == 1.0, name
+        assert s["new->noop"] == s["noop->noop"] == 1.0 and "new->new" not in s, name
+        shares = od.shares((st.state, st.candidates[st.expert].text)
+                           for st in od.heuristic_path(name.split("=")[1], [od.HELD_OUT]))
+        assert s["accuracy"] == pytest.approx(shares["noop"]), name  # right exactly where the label is the no-op
