@@ -75,14 +75,8 @@ def shares(pairs: Iterable[tuple[str, str]]) -> dict[str, float]:
 def heuristic_rows(episodes: int) -> dict[str, dict[str, float]]:
     rows = {}
     for layout in LAYOUTS:
-        pairs: list[tuple[str, str]] = []
-        for seed in range(HELD_OUT, HELD_OUT + episodes):
-            world = OvercookedWorld(layout=layout, horizon=400, decision_every=25, state_text="compact")
-            team = Team(world, history_len=0)
-            state, done = team.reset(seed), False
-            while not done:
-                pairs.append((state.state, state.candidates[state.expert].text))
-                state, _, done, _ = team.step(state.expert)
+        path = heuristic_path(layout, range(HELD_OUT, HELD_OUT + episodes), horizon=400)
+        pairs = [(s.state, s.candidates[s.expert].text) for s in path]
         rows[f"heuristic @ layout={layout}"] = {**shares(pairs), "episodes": float(episodes)}
     return rows
 
@@ -163,15 +157,9 @@ def choice_rows(name: str, act: Callable[[list[Any]], list[int]], episodes: int 
 def clone_rows(checkpoint: str, episodes: int = 1) -> dict[str, dict[str, float]]:
     """``choice_rows`` of a checkpoint's greedy policy."""
     from teamtr.serve import load_coordinator
-    from teamtr.train.bc import Demo
 
     coordinator, _, _ = load_coordinator(checkpoint, None, [])
-
-    def act(states: list[Any]) -> list[int]:
-        views = [Demo(s.task, s.state, tuple(s.history), tuple(c.text for c in s.candidates), s.expert) for s in states]
-        return list(coordinator.act(views, greedy=True).choices)
-
-    return choice_rows(checkpoint, act, episodes)
+    return choice_rows(checkpoint, lambda states: list(coordinator.act(states, greedy=True).choices), episodes)
 
 
 def _table(title: str, rows: dict[str, dict[str, float]], columns: Iterable[str]) -> None:
@@ -205,11 +193,16 @@ def main(argv: list[str] | None = None) -> int:
     if clones:
         _table("A clone's greedy choices on the heuristic's path (a held-out episode a layout, 200 ticks)", clones,
                ["decisions", "accuracy", *(f"{a}->{b}" for a in KINDS if a != "in force" for b in KINDS)])
+    world = {"layout": list(LAYOUTS), "decision_every": 25, "state_text": "compact", "history_len": 0}
+    print(f"overcooked {world}; kinds: horizon 400, held-out seeds from {HELD_OUT}; labels: horizon 200, "
+          f"training seeds from 0; clones: horizon 200, held-out seeds from {HELD_OUT}")
     print(machine_line())
-    write_json(args.out, {"machine": machine(), "world": {"horizon": 400, "decision_every": 25, "state_text": "compact",
-                                    "seeds_from": HELD_OUT}, "runs": args.run, "rows": rows,
-                          "labels": {"episodes": args.labels, "rows": labels},
-                          "clones": {"checkpoints": args.clone, "rows": clones}})
+    write_json(args.out, {"machine": machine(), "world": {**world, "horizon": 400, "seeds_from": HELD_OUT},
+                          "runs": args.run, "rows": rows,
+                          "labels": {"world": {**world, "horizon": 200, "seeds_from": 0, "heldout_from": HELD_OUT},
+                                     "episodes": args.labels, "rows": labels},
+                          "clones": {"world": {**world, "horizon": 200, "seeds_from": HELD_OUT},
+                                     "checkpoints": args.clone, "rows": clones}})
     print(f"wrote {args.out}")
     return 0
 

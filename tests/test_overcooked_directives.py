@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import overcooked_directives as od  # noqa: E402
 
-from teamtr.core import TeamTRError  # noqa: E402
+from teamtr.core import NOOP, TeamTRError  # noqa: E402
 
 STATE = ("chef_0 by a pot, holds onion, own: put an onion in the pot; chef_1 by the dishes, holds nothing, "
          "cannot: start the cooking. Pot 1 empty, pot 2 cooking 3/20. On counters: onion.")
@@ -66,7 +66,7 @@ def test_the_heuristics_labels_are_a_function_of_the_prompt() -> None:
 def test_choice_rows_sort_a_policy_against_the_heuristics_labels() -> None:
     expert = od.choice_rows("heuristic", lambda states: [s.expert for s in states])
     silent = od.choice_rows("noop", lambda states: [next(i for i, c in enumerate(s.candidates)
-                                                         if c.text == "no new directive") for s in states])
+                                                         if c.text == NOOP.text) for s in states])
     for (name, e), s in zip(expert.items(), silent.values()):
         assert e["accuracy"] == 1.0 and e["noop->noop"] == e["new->new"] == 1.0, name
         assert s["new->noop"] == s["noop->noop"] == 1.0 and "new->new" not in s, name
