@@ -18,10 +18,11 @@ Two more questions, each with its option: can a clone learn the heuristic from w
 (``--labels N``: the heuristic's decisions on N training episodes a layout, 200 ticks as the configs
 train; how many distinct prompts, the share a lookup table of prompt -> label gets right, and how many
 held-out prompts it has seen), and what does a clone say on the heuristic's own path (``--clone
-CHECKPOINT``: its greedy choices, by the kind of the heuristic's label and of its own choice).
+CHECKPOINT``: its greedy choices, by the kind of the heuristic's label and of its own choice), and on its
+own path (``--replay RUN``: the run's end-of-run episodes replayed, the heuristic labelling each state).
 
     python benchmarks/overcooked_directives.py [--episodes 5] [--run RUN ...] [--labels 20]
-                                               [--clone CHECKPOINT ...] [--out FILE]
+                                               [--clone CHECKPOINT ...] [--replay RUN ...] [--out FILE]
 
 Prints Markdown tables and writes the JSON (default ``results/overcooked/directive_kinds.json``).
 """
@@ -136,21 +137,61 @@ def label_rows(episodes: int, heldout: int = 10) -> dict[str, dict[str, float]]:
     return rows
 
 
+def _against_labels(states: list[Any], chosen: list[int]) -> dict[str, float]:
+    """Choices against the heuristic's labels: accuracy, and per kind of label the share answered with
+    each kind (``new->noop``: a new directive was due and the choice said nothing new)."""
+    pairs = Counter((kind(s.state, s.candidates[s.expert].text), kind(s.state, s.candidates[c].text))
+                    for s, c in zip(states, chosen))
+    labels = Counter(a for a, _ in pairs.elements())
+    return {"decisions": float(len(states)), "accuracy": sum(c == s.expert for s, c in zip(states, chosen)) / len(states),
+            **{f"{a}->{b}": n / labels[a] for (a, b), n in sorted(pairs.items())}}
+
+
 def choice_rows(name: str, act: Callable[[list[Any]], list[int]], episodes: int = 1) -> dict[str, dict[str, float]]:
     """Per layout: ``act``'s choices (candidate indices) at each decision of the heuristic's held-out
-    episodes (200 ticks): its accuracy against the heuristic, and per kind of label the share it
-    answers with each kind (``new->noop``: a new directive was due and it said nothing new)."""
+    episodes (200 ticks), against the heuristic's labels (``_against_labels``)."""
     rows = {}
     for layout in LAYOUTS:
         path = heuristic_path(layout, range(HELD_OUT, HELD_OUT + episodes))
         chosen = [c for start in range(0, len(path), 32) for c in act(path[start : start + 32])]
-        pairs = Counter((kind(s.state, s.candidates[s.expert].text), kind(s.state, s.candidates[c].text))
-                        for s, c in zip(path, chosen))
-        labels = Counter(a for a, _ in pairs.elements())
-        rows[f"{name} @ layout={layout}"] = {
-            "decisions": float(len(path)),
-            "accuracy": sum(c == s.expert for s, c in zip(path, chosen)) / len(path),
-            **{f"{a}->{b}": n / labels[a] for (a, b), n in sorted(pairs.items())}}
+        rows[f"{name} @ layout={layout}"] = _against_labels(path, chosen)
+    return rows
+
+
+def replay_rows(run: Path, horizon: int = 400) -> dict[str, dict[str, float]]:
+    """Per layout, the trained coordinator's own path: its end-of-run episodes (``eval_transcripts.jsonl``)
+    replayed step by step, the heuristic labelling every state it reached. Its choices against those
+    labels (``_against_labels``), and whether the labels are still a function of the prompt there:
+    ``prompts`` distinct, ``ambiguous`` the share of decisions in a prompt with two labels or more."""
+    path = run / "eval_transcripts.jsonl"
+    if not path.is_file():
+        raise TeamTRError(f"{path} is missing: give a finished run's directory (its end-of-run table writes it).")
+    episodes: dict[str, list[dict[str, Any]]] = {}
+    for line in path.read_text().splitlines():
+        episode = json.loads(line)
+        if episode["policy"].startswith("trained @ layout="):
+            episodes.setdefault(episode["policy"].removeprefix("trained @ layout="), []).append(episode)
+    rows = {}
+    for layout, eps in episodes.items():
+        states, chosen = [], []
+        for episode in eps:
+            team = Team(OvercookedWorld(layout=layout, horizon=horizon, decision_every=25, state_text="compact"),
+                        history_len=0)
+            state = team.reset(episode["seed"])
+            for step in episode["steps"]:
+                if state.state != step["state"]:
+                    raise TeamTRError(f"{path}: seed {episode['seed']} on {layout} does not replay at tick "
+                                      f"{step['tick']} (the run's world differs: horizon {horizon}, "
+                                      "decision_every 25, compact state text, no history)")
+                states.append(state)
+                chosen.append(step["choice"])
+                state, _, _, _ = team.step(step["choice"])
+        table: dict[tuple[str, tuple[str, ...]], set[str]] = {}
+        for s in states:
+            table.setdefault(_prompt(s), set()).add(s.candidates[s.expert].text)
+        rows[f"{run}: trained @ layout={layout}"] = {
+            **_against_labels(states, chosen), "episodes": float(len(eps)), "prompts": float(len(table)),
+            "ambiguous": sum(len(table[_prompt(s)]) > 1 for s in states) / len(states)}
     return rows
 
 
@@ -175,6 +216,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run", nargs="*", default=[], help="finished runs whose end-of-run tables to read")
     parser.add_argument("--labels", type=int, default=0, help="training episodes a layout for the label analysis")
     parser.add_argument("--clone", nargs="*", default=[], help="checkpoints to score on the heuristic's path")
+    parser.add_argument("--replay", nargs="*", default=[], help="finished runs whose trained episodes to replay "
+                        "against the heuristic's labels")
     parser.add_argument("--out", default="results/overcooked/directive_kinds.json")
     args = parser.parse_args(argv)
     rows = heuristic_rows(args.episodes)
@@ -193,16 +236,25 @@ def main(argv: list[str] | None = None) -> int:
     if clones:
         _table("A clone's greedy choices on the heuristic's path (a held-out episode a layout, 200 ticks)", clones,
                ["decisions", "accuracy", *(f"{a}->{b}" for a in KINDS if a != "in force" for b in KINDS)])
+    replays: dict[str, dict[str, float]] = {}
+    for run in args.replay:
+        replays.update(replay_rows(Path(run)))
+    if replays:
+        _table("The trained coordinator's own path against the heuristic's labels (its end-of-run episodes, 400 ticks)",
+               replays, ["decisions", "prompts", "ambiguous", "accuracy",
+                         *(f"{a}->{b}" for a in KINDS if a != "in force" for b in KINDS)])
     world = {"layout": list(LAYOUTS), "decision_every": 25, "state_text": "compact", "history_len": 0}
     print(f"overcooked {world}; kinds: horizon 400, held-out seeds from {HELD_OUT}; labels: horizon 200, "
-          f"training seeds from 0; clones: horizon 200, held-out seeds from {HELD_OUT}")
+          f"training seeds from 0; clones: horizon 200, held-out seeds from {HELD_OUT}; replays: horizon 400, "
+          "the runs' own episodes")
     print(machine_line())
     write_json(args.out, {"machine": machine(), "world": {**world, "horizon": 400, "seeds_from": HELD_OUT},
                           "runs": args.run, "rows": rows,
                           "labels": {"world": {**world, "horizon": 200, "seeds_from": 0, "heldout_from": HELD_OUT},
                                      "episodes": args.labels, "rows": labels},
                           "clones": {"world": {**world, "horizon": 200, "seeds_from": HELD_OUT},
-                                     "checkpoints": args.clone, "rows": clones}})
+                                     "checkpoints": args.clone, "rows": clones},
+                          "replays": {"world": {**world, "horizon": 400}, "runs": args.replay, "rows": replays}})
     print(f"wrote {args.out}")
     return 0
 

@@ -73,3 +73,38 @@ def test_choice_rows_sort_a_policy_against_the_heuristics_labels() -> None:
         shares = od.shares((st.state, st.candidates[st.expert].text)
                            for st in od.heuristic_path(name.split("=")[1], [od.HELD_OUT]))
         assert s["accuracy"] == pytest.approx(shares["noop"]), name  # right exactly where the label is the no-op
+
+
+def _episode(layout: str, seed: int, choose) -> dict:
+    """One 400-tick episode as an end-of-run transcript records it, ``choose(state)`` acting."""
+    team = od.Team(od.OvercookedWorld(layout=layout, horizon=400, decision_every=25, state_text="compact"),
+                   history_len=0)
+    state, done, steps = team.reset(seed), False, []
+    while not done:
+        choice = choose(state)
+        steps.append({"tick": len(steps), "state": state.state, "choice": choice, "expert": state.expert})
+        state, _, done, _ = team.step(choice)
+    return {"policy": f"trained @ layout={layout}", "seed": seed, "steps": steps}
+
+
+def test_replay_rows_label_the_coordinators_own_path(tmp_path: Path) -> None:
+    with pytest.raises(TeamTRError, match="eval_transcripts.jsonl is missing"):
+        od.replay_rows(tmp_path)
+    noop = lambda s: next(i for i, c in enumerate(s.candidates) if c.text == NOOP.text)  # noqa: E731
+    episodes = [_episode("forced_coordination", od.HELD_OUT, lambda s: s.expert),
+                _episode("cramped_room", od.HELD_OUT, noop), _episode("cramped_room", od.HELD_OUT + 1, noop)]
+    episodes.append({"policy": "heuristic @ layout=cramped_room", "seed": 0, "steps": []})  # not replayed
+    (tmp_path / "eval_transcripts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    rows = od.replay_rows(tmp_path)
+    assert sorted(rows) == [f"{tmp_path}: trained @ layout={L}" for L in ("cramped_room", "forced_coordination")]
+    fc, cr = rows[f"{tmp_path}: trained @ layout=forced_coordination"], rows[f"{tmp_path}: trained @ layout=cramped_room"]
+    assert fc["accuracy"] == 1.0 and fc["ambiguous"] == 0.0 and fc["episodes"] == 1.0
+    assert fc["decisions"] == len(episodes[0]["steps"]) and fc["prompts"] < fc["decisions"]
+    labels = [st["expert"] == st["choice"] for e in episodes[1:3] for st in e["steps"]]  # right where the label is the no-op
+    assert cr["decisions"] == len(labels) and cr["accuracy"] == pytest.approx(sum(labels) / len(labels))
+    assert cr["episodes"] == 2.0 and cr["new->noop"] == 1.0
+    assert all(v == 1.0 for k, v in cr.items() if "->" in k) and all(k.endswith("->noop") for k in cr if "->" in k)
+    episodes[1]["steps"][3]["state"] += " (edited)"
+    (tmp_path / "eval_transcripts.jsonl").write_text("".join(json.dumps(e) + "\n" for e in episodes))
+    with pytest.raises(TeamTRError, match="does not replay at tick 3"):
+        od.replay_rows(tmp_path)
