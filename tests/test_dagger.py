@@ -95,6 +95,27 @@ def test_the_trainer_runs_dagger_rounds_after_the_first_clone(tmp_path):
     assert sum("bc/heldout_accuracy" in x for x in bc) >= 3  # each cloning reports its held-out accuracy
 
 
+def test_dagger_rounds_have_their_own_epochs_and_world(tmp_path, monkeypatch):
+    worlds = []  # the world options each round's episodes were played in
+
+    def collect(coordinator, make_team, n, **kw):
+        worlds.append((make_team().world.max_steps, len(make_team().world.agents)))
+        return real(coordinator, make_team, n, **kw)
+
+    real = bc_mod.learner_demos
+    monkeypatch.setattr(bc_mod, "learner_demos", collect)
+    trainer = Trainer(load_config(None, [*TINY, f"run_dir={tmp_path / 'run'}", "bc.dagger_rounds=2",
+                                         "bc.dagger_epochs=1", "bc.dagger_env.max_steps=3"]))
+    trainer.warm_up()
+    trainer.close()
+    assert worlds == [(3, 2), (3, 2)]  # dagger_env over the training world (env.max_steps=6, 2 agents)
+    lines = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    # first clone: 2 epochs x 16 // 8 = 4 steps; each round: 1 epoch x 16 new // 8 = 2 more
+    assert [x["bc/step"] if "bc/step" in x else x["step"] for x in lines if "bc/loss" in x] == list(range(1, 9))
+    with pytest.raises(TeamTRError, match="dagger_env changes the world's options, not env.name"):
+        load_config(None, [*TINY, "bc.dagger_env.name=overcooked"])
+
+
 def test_dagger_needs_single_directives_where_training_starts():
     with pytest.raises(TeamTRError, match="bc.dagger_rounds=1 needs single directives"):
         load_config(None, [*TINY, "bc.dagger_rounds=1", "team.directives=whole_team"])

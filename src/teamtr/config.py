@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from teamtr.core import TeamTRError
 from teamtr.policy.settings import NORMALIZATIONS, LoraSettings
@@ -252,6 +252,13 @@ class RolloutConfig(_Section):
     ray_address: str | None = None  # ray: None starts a local Ray; "auto" joins the cluster of `ray start`
 
 
+def _world_options(cls: type, v: dict[str, Any], info: ValidationInfo) -> dict[str, Any]:
+    """Options over a world's (``train.eval_env``, ``bc.dagger_env``): never another world."""
+    if "name" in v:
+        raise ValueError(f"{info.field_name} changes the world's options, not env.name")
+    return v
+
+
 class BCConfig(_Section):
     enabled: bool = True
     demos: int = Field(240, ge=0)  # expert decisions to collect from the world's oracle
@@ -272,6 +279,11 @@ class BCConfig(_Section):
     #: (each round epochs x its new decisions / batch_size steps); 0: the plain clone
     dagger_rounds: int = Field(0, ge=0)
     dagger_demos: int | None = Field(None, ge=1)  # decisions collected per round; None: as many as bc.demos
+    dagger_epochs: int | None = Field(None, ge=1)  # epochs over each round's new decisions; None: bc.epochs
+    #: world options over the training world's for the rounds' episodes, e.g. {horizon: 400} where the
+    #: clone's failures come late in the task and training episodes are cut short (Overcooked)
+    dagger_env: dict[str, Any] = {}
+    _dagger_env = field_validator("dagger_env")(_world_options)
 
 
 class TrainConfig(_Section):
@@ -295,13 +307,7 @@ class TrainConfig(_Section):
     #: baseline rows of the end-of-run table besides trained and zero-shot; oracle is the world's
     #: expert (shown as heuristic where the world says so)
     final_baselines: list[Literal["random", "first", "noop", "oracle", "heuristic"]] = ["random", "oracle"]
-
-    @field_validator("eval_env")
-    @classmethod
-    def _eval_env(cls, v: dict[str, Any]) -> dict[str, Any]:
-        if "name" in v:
-            raise ValueError("eval_env changes the world's options, not env.name")
-        return v
+    _eval_env = field_validator("eval_env")(_world_options)
 
 
 class StageTeam(_Section):

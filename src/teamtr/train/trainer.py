@@ -323,16 +323,18 @@ class Trainer:
 
     def _dagger(self, demos: list[bc_mod.Demo], heldout: list[bc_mod.Demo], schedule: GoalSchedule | None,
                 after: int, start: float) -> int:
-        """``bc.dagger_rounds`` rounds of DAgger after the first clone: the clone acts greedily, the oracle
-        labels what it reaches, and the clone is trained again on every demonstration so far (logged as
+        """``bc.dagger_rounds`` rounds of DAgger after the first clone: the clone acts greedily (in the
+        training world with ``bc.dagger_env`` over it), the oracle labels what it reaches, and the clone is
+        trained again on every demonstration so far, ``bc.dagger_epochs`` over the round's new ones (logged as
         ``bc`` lines numbered on from ``after``; a round's first line carries ``bc/dagger_round``,
         ``bc/dagger_agreement``, the share of the clone's choices that were the oracle's, and ``bc/demos``).
         Returns the last step's number."""
         cfg = self.config.bc
         parallel = self.config.rollout.parallel
-        n = cfg.dagger_demos or cfg.demos
+        n, epochs = cfg.dagger_demos or cfg.demos, cfg.dagger_epochs or cfg.epochs
         for r in range(1, cfg.dagger_rounds + 1):
-            new, agreement = bc_mod.learner_demos(self.coordinator, self.make_team, n, seed=self.seeds.take(n + parallel),
+            new, agreement = bc_mod.learner_demos(self.coordinator, lambda: self.make_team(**cfg.dagger_env), n,
+                                                  seed=self.seeds.take(n + parallel),
                                                   explore=cfg.explore, parallel=parallel, what=f"DAgger round {r}",
                                                   schedule=schedule)
             demos += new
@@ -345,9 +347,9 @@ class Trainer:
                                               "perf/wall_time": time.perf_counter() - start})
 
             after += int(bc_mod.behaviour_clone(
-                self.coordinator, demos, epochs=cfg.epochs, batch_size=cfg.batch_size, lr=cfg.lr,
+                self.coordinator, demos, epochs=epochs, batch_size=cfg.batch_size, lr=cfg.lr,
                 seed=self.config.seed + 100 + r, schedule=cfg.schedule, heldout=heldout, mode="single",
-                steps=max(1, cfg.epochs * len(new) // cfg.batch_size), what=f"DAgger round {r} cloning", log=log,
+                steps=max(1, epochs * len(new) // cfg.batch_size), what=f"DAgger round {r} cloning", log=log,
                 noop_weight=cfg.noop_weight,
             ).get("bc/step", 0))
         return after
