@@ -98,12 +98,16 @@ def run_rows(run: Path) -> dict[str, dict[str, float]]:
     return {name: {**shares(pairs), "episodes": float(episodes[name])} for name, pairs in by_policy.items()}
 
 
+def overcooked_team(layout: str, horizon: int) -> Team:
+    """A team in the trained configs' world: ``decision_every`` 25, compact state text, no history."""
+    return Team(OvercookedWorld(layout=layout, horizon=horizon, decision_every=25, state_text="compact"), history_len=0)
+
+
 def heuristic_path(layout: str, seeds: Iterable[int], horizon: int = 200) -> list[Any]:
     """The coordinator's view (``TeamState``) at every decision of the heuristic's episodes."""
     out = []
     for seed in seeds:
-        team = Team(OvercookedWorld(layout=layout, horizon=horizon, decision_every=25, state_text="compact"),
-                    history_len=0)
+        team = overcooked_team(layout, horizon)
         state, done = team.reset(seed), False
         while not done:
             out.append(state)
@@ -175,8 +179,7 @@ def replay_rows(run: Path, horizon: int = 400) -> dict[str, dict[str, float]]:
     for layout, eps in episodes.items():
         states, chosen = [], []
         for episode in eps:
-            team = Team(OvercookedWorld(layout=layout, horizon=horizon, decision_every=25, state_text="compact"),
-                        history_len=0)
+            team = overcooked_team(layout, horizon)
             state = team.reset(episode["seed"])
             for step in episode["steps"]:
                 if state.state != step["state"]:

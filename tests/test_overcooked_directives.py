@@ -77,8 +77,7 @@ def test_choice_rows_sort_a_policy_against_the_heuristics_labels() -> None:
 
 def _episode(layout: str, seed: int, choose) -> dict:
     """One 400-tick episode as an end-of-run transcript records it, ``choose(state)`` acting."""
-    team = od.Team(od.OvercookedWorld(layout=layout, horizon=400, decision_every=25, state_text="compact"),
-                   history_len=0)
+    team = od.overcooked_team(layout, 400)
     state, done, steps = team.reset(seed), False, []
     while not done:
         choice = choose(state)
