@@ -82,14 +82,18 @@ def heuristic_rows(episodes: int) -> dict[str, dict[str, float]]:
     return rows
 
 
-def run_rows(run: Path) -> dict[str, dict[str, float]]:
+def _transcripts(run: Path) -> list[dict[str, Any]]:
+    """A finished run's end-of-run episodes (``RUN/eval_transcripts.jsonl``), one dict each."""
     path = run / "eval_transcripts.jsonl"
     if not path.is_file():
         raise TeamTRError(f"{path} is missing: give a finished run's directory (its end-of-run table writes it).")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def run_rows(run: Path) -> dict[str, dict[str, float]]:
     by_policy: dict[str, list[tuple[str, str]]] = {}
     episodes: Counter[str] = Counter()
-    for line in path.read_text().splitlines():
-        episode = json.loads(line)
+    for episode in _transcripts(run):
         name = f"{run}: {episode['policy']}"
         if not any(step.get("directive") for step in episode["steps"]):
             continue  # scripted rows without recorded directives
@@ -167,12 +171,8 @@ def replay_rows(run: Path, horizon: int = 400) -> dict[str, dict[str, float]]:
     replayed step by step, the heuristic labelling every state it reached. Its choices against those
     labels (``_against_labels``), and whether the labels are still a function of the prompt there:
     ``prompts`` distinct, ``ambiguous`` the share of decisions in a prompt with two labels or more."""
-    path = run / "eval_transcripts.jsonl"
-    if not path.is_file():
-        raise TeamTRError(f"{path} is missing: give a finished run's directory (its end-of-run table writes it).")
     episodes: dict[str, list[dict[str, Any]]] = {}
-    for line in path.read_text().splitlines():
-        episode = json.loads(line)
+    for episode in _transcripts(run):
         if episode["policy"].startswith("trained @ layout="):
             episodes.setdefault(episode["policy"].removeprefix("trained @ layout="), []).append(episode)
     rows = {}
@@ -183,7 +183,7 @@ def replay_rows(run: Path, horizon: int = 400) -> dict[str, dict[str, float]]:
             state = team.reset(episode["seed"])
             for step in episode["steps"]:
                 if state.state != step["state"]:
-                    raise TeamTRError(f"{path}: seed {episode['seed']} on {layout} does not replay at tick "
+                    raise TeamTRError(f"{run}: seed {episode['seed']} on {layout} does not replay at tick "
                                       f"{step['tick']} (the run's world differs: horizon {horizon}, "
                                       "decision_every 25, compact state text, no history)")
                 states.append(state)
